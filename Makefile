@@ -1,0 +1,46 @@
+# fcp — two commands matter: `make demo` and `make test`. Both bootstrap .venv when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# A CPU machine must not pull a multi-GB CUDA torch: torch is installed on its own first, pinned.
+# Set TORCH_SPEC / TORCH_PIP_ARGS to choose another build (e.g. TORCH_PIP_ARGS="--index-url ...").
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+EXTRAS ?= all
+
+.PHONY: venv demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	@if [ ! -x $(PY) ]; then \
+	  if $(PYTHON) -c "import torch" 2>/dev/null; then \
+	    echo "torch found in $(PYTHON): the venv reuses it (--system-site-packages)"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else $(PYTHON) -m venv $(VENV); fi; \
+	fi
+	$(PIP) install -q --upgrade pip
+	@if ! $(PY) -c "import torch" 2>/dev/null; then \
+	  echo "installing $(TORCH_SPEC) $(TORCH_PIP_ARGS)"; \
+	  $(PIP) install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
+	fi
+	$(PIP) install -q -e ".[$(EXTRAS)]"
+	@touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(VENV)/bin/fcp demo
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+test: venv
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -n 2 --durations=15
+
+bench: venv
+	$(PY) bench/planner_quality.py
+	$(PY) bench/planner_speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

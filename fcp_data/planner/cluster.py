@@ -1,0 +1,113 @@
+"""The cluster a plan is made for: replicas, nodes, per-replica capacity and speed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Cluster"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True, init=False)
+class Cluster:
+    """N replicas (each a full TP×PP model copy), grouped into nodes.
+
+    Capacity is given either in tokens (`tokens_per_replica`: a CP group of degree d holds at
+    most d × tokens_per_replica tokens, padding included) or in bytes (`memory_bytes`, turned into
+    tokens through the cost model's activation and model-state terms by `capacity_tokens`).
+    `speed` holds optional per-replica speed factors (1.0 = the profiled device): a CP group runs
+    at the pace of its slowest member, so mixed hardware is planned, not averaged away.
+    """
+
+    num_replicas: int
+    replicas_per_node: int
+    tokens_per_replica: int | None
+    memory_bytes: float | None
+    speed: tuple[float, ...] | None = field(default=None)
+
+    def __init__(
+        self,
+        num_replicas: int,
+        *,
+        replicas_per_node: int | None = None,
+        tokens_per_replica: int | None = None,
+        memory_bytes: float | None = None,
+        speed: tuple[float, ...] | list[float] | np.ndarray | None = None,
+    ) -> None:
+        if isinstance(num_replicas, bool) or not isinstance(num_replicas, (int, np.integer)):
+            raise TypeError(f"num_replicas must be an int, got {num_replicas!r}")
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas={num_replicas} must be >= 1")
+        rpn = num_replicas if replicas_per_node is None else int(replicas_per_node)
+        if rpn < 1:
+            raise ValueError(f"replicas_per_node={replicas_per_node} must be >= 1")
+        if (tokens_per_replica is None) == (memory_bytes is None):
+            raise ValueError(
+                "give exactly one of tokens_per_replica= (capacity in tokens) or memory_bytes= "
+                f"(device memory, turned into tokens by the cost model); got "
+                f"tokens_per_replica={tokens_per_replica!r}, memory_bytes={memory_bytes!r}"
+            )
+        if tokens_per_replica is not None and int(tokens_per_replica) < 1:
+            raise ValueError(f"tokens_per_replica={tokens_per_replica} must be >= 1")
+        if memory_bytes is not None and not (
+            math.isfinite(float(memory_bytes)) and float(memory_bytes) > 0
+        ):
+            raise ValueError(f"memory_bytes={memory_bytes!r} must be a positive finite number")
+        sp: tuple[float, ...] | None = None
+        if speed is not None:
+            sp = tuple(float(s) for s in speed)
+            if len(sp) != num_replicas:
+                raise ValueError(
+                    f"speed has {len(sp)} factors but num_replicas={num_replicas}: give one "
+                    "speed factor per replica"
+                )
+            bad = [s for s in sp if not (math.isfinite(s) and s > 0)]
+            if bad:
+                raise ValueError(f"speed factors must be positive and finite, got {bad[:3]}")
+            if all(s == 1.0 for s in sp):
+                sp = None
+        object.__setattr__(self, "num_replicas", int(num_replicas))
+        object.__setattr__(self, "replicas_per_node", min(rpn, int(num_replicas)))
+        object.__setattr__(
+            self, "tokens_per_replica", None if tokens_per_replica is None else int(tokens_per_replica)
+        )
+        object.__setattr__(
+            self, "memory_bytes", None if memory_bytes is None else float(memory_bytes)
+        )
+        object.__setattr__(self, "speed", sp)
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.num_replicas // self.replicas_per_node)
+
+    def node_of(self, replica: int) -> int:
+        return replica // self.replicas_per_node
+
+    def speeds(self) -> np.ndarray:
+        if self.speed is None:
+            return np.ones(self.num_replicas)
+        return np.asarray(self.speed, dtype=np.float64)
+
+    @property
+    def heterogeneous(self) -> bool:
+        return self.speed is not None
+
+    def capacity_tokens(self, bytes_per_token: float, static_bytes: float) -> int:
+        """Tokens one replica can hold: Eq. 7 solved for the token count."""
+        if self.tokens_per_replica is not None:
+            return self.tokens_per_replica
+        assert self.memory_bytes is not None
+        free = self.memory_bytes - static_bytes
+        cap = int(free // bytes_per_token) if bytes_per_token > 0 else 0
+        if cap < 1:
+            raise ValueError(
+                f"memory_bytes={self.memory_bytes:.3g} leaves no room for activations: model "
+                f"states take {static_bytes:.3g} bytes and a token {bytes_per_token:.3g} bytes; "
+                "give more memory or a smaller model"
+            )
+        return cap
+
+    def spans_nodes(self, replicas: tuple[int, ...] | list[int]) -> bool:
+        return len({r // self.replicas_per_node for r in replicas}) > 1

@@ -1,0 +1,212 @@
+"""The per-replica cost model (DESIGN.md, the paper's Eq. 7-10 written per replica).
+
+For an atomic group G of sequences s_k run by a CP group of degree d, one member replica spends
+
+    attention  A(G, d) = Σ_k α1 (1 + η_k) |s_k|² / d        (η_k = 0 causal, η = 1 full)
+    linear     L(G, d) = Σ_k α2 |s_k| / d  (+ α_v · vision tokens / d for the vision encoder)
+    comm       C(G, d) = [d > 1] · ((d − 1)/d · Σ_k α3 |s_k| / v + β2 (d − 1))
+    time       T(G, d) = A + L + C − min(A, C) + β1 = L + max(A, C) + β1
+
+since ring P2P overlaps attention. v is the ring's slowest link (intra- or inter-node). A CP
+group runs at the pace of its slowest member: compute terms are divided by the smallest speed
+factor of the group; communication is not.
+
+Memory (Eq. 7) is checked on the padded shard actually held: with d > 1 a sequence is padded to
+a multiple of 2d (zigzag chunks) and each member holds 1/d of it, so a group fits when
+Σ_k pad(s_k, d) / d ≤ tokens_per_replica.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+    from .presets import DeviceSpec, ModelSpec
+
+__all__ = ["CostModel", "padded_length"]
+
+
+def padded_length(seqlen: int, degree: int) -> int:
+    """Length of a sequence once padded for a degree-d zigzag split (2d chunks; none at d=1)."""
+    if degree <= 1:
+        return int(seqlen)
+    q = 2 * degree
+    return -(-int(seqlen) // q) * q
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class CostModel:
+    """Coefficients of the per-replica model. Times in seconds, sizes in bytes.
+
+    alpha1: seconds per token² of causal attention, fwd+bwd, on one replica (d = 1).
+    alpha2: seconds per token of the per-token layers (projections, MLP, LM head), fwd+bwd.
+    alpha3: bytes per token that the ring moves (K and V forward, K, V, dK, dV backward).
+    beta1: fixed seconds per micro-batch (launches, optimizer-free overhead).
+    beta2: seconds of latency per ring step (d − 1 steps per pass).
+    intra_node_bandwidth / inter_node_bandwidth: bytes/s of one P2P link (v in Eq. 9).
+    bytes_per_token: activation bytes one token keeps alive on its replica (M_token).
+    static_bytes: model states per replica (M_ms).
+    eta_full: extra attention work of a bidirectional sequence over a causal one (η).
+    alpha_vision: seconds per vision token of the vision encoder (0 for text-only models).
+    name: where the coefficients came from (preset, profile file), for reports.
+    """
+
+    alpha1: float
+    alpha2: float
+    alpha3: float = 0.0
+    beta1: float = 0.0
+    beta2: float = 0.0
+    intra_node_bandwidth: float = 1e11
+    inter_node_bandwidth: float = 2.5e10
+    bytes_per_token: float = 0.0
+    static_bytes: float = 0.0
+    eta_full: float = 1.0
+    alpha_vision: float = 0.0
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name == "name":
+                continue
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(
+                    f"CostModel.{f.name}={v!r} must be a finite number >= 0 "
+                    "(refit the profile or fix the preset)"
+                )
+        for f in ("intra_node_bandwidth", "inter_node_bandwidth"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"CostModel.{f}={getattr(self, f)!r} must be > 0 (bytes/s)")
+        if self.alpha1 == 0 and self.alpha2 == 0:
+            raise ValueError("CostModel needs alpha1 > 0 or alpha2 > 0: every plan would cost 0")
+
+    # ---- the model ---------------------------------------------------------------------
+    def bandwidth(self, inter_node: bool) -> float:
+        return self.inter_node_bandwidth if inter_node else self.intra_node_bandwidth
+
+    def aggregates(
+        self,
+        seqlens: Sequence[int] | np.ndarray,
+        causal: bool | Sequence[bool] | np.ndarray = True,
+        vision_tokens: Sequence[int] | np.ndarray | None = None,
+    ) -> tuple[float, float, float]:
+        """(attention work, linear work, comm bytes) of a group at d = 1: Σα1(1+η)s², Σα2 s, Σα3 s."""
+        s = np.asarray(seqlens, dtype=np.float64)
+        c = np.broadcast_to(np.asarray(causal, dtype=bool), s.shape)
+        att = float(np.sum(self.alpha1 * (1.0 + np.where(c, 0.0, self.eta_full)) * s * s))
+        lin = float(self.alpha2 * s.sum())
+        if vision_tokens is not None:
+            lin += float(self.alpha_vision * np.sum(np.asarray(vision_tokens, dtype=np.float64)))
+        return att, lin, float(self.alpha3 * s.sum())
+
+    def time_from_aggregates(
+        self, att: float, lin: float, comm: float, degree: int, *, inter_node: bool = False,
+        speed: float = 1.0,
+    ) -> float:
+        """T(G, d) from a group's d = 1 aggregates (see module docstring)."""
+        d = int(degree)
+        a = att / d / speed
+        lin_t = lin / d / speed
+        c = 0.0
+        if d > 1:
+            c = (d - 1) / d * comm / self.bandwidth(inter_node) + self.beta2 * (d - 1)
+        return lin_t + max(a, c) + self.beta1 / speed
+
+    def group_time(
+        self,
+        seqlens: Sequence[int] | np.ndarray,
+        degree: int,
+        *,
+        causal: bool | Sequence[bool] | np.ndarray = True,
+        inter_node: bool = False,
+        vision_tokens: Sequence[int] | np.ndarray | None = None,
+        speed: float = 1.0,
+    ) -> float:
+        """Predicted seconds for one replica of a degree-`degree` CP group running `seqlens`."""
+        if int(degree) < 1:
+            raise ValueError(f"degree={degree} must be >= 1")
+        att, lin, comm = self.aggregates(seqlens, causal, vision_tokens)
+        return self.time_from_aggregates(
+            att, lin, comm, degree, inter_node=inter_node, speed=speed
+        )
+
+    def sequence_work(
+        self, seqlens: np.ndarray, causal: np.ndarray | bool = True
+    ) -> np.ndarray:
+        """Replica-seconds each sequence needs at the least (d · T without comm or β1).
+
+        d·A and d·L do not depend on d, so this is a lower bound on any plan's work.
+        """
+        s = np.asarray(seqlens, dtype=np.float64)
+        c = np.broadcast_to(np.asarray(causal, dtype=bool), s.shape)
+        return self.alpha1 * (1.0 + np.where(c, 0.0, self.eta_full)) * s * s + self.alpha2 * s
+
+    def capacity_tokens(self, cluster: Cluster) -> int:
+        return cluster.capacity_tokens(self.bytes_per_token, self.static_bytes)
+
+    def min_degree(self, seqlens: Sequence[int] | np.ndarray, cluster: Cluster) -> int:
+        """Smallest degree whose padded per-replica shard fits (Eq. 3 / Eq. 7).
+
+        Raises ValueError when even all N replicas cannot hold the group.
+        """
+        cap = self.capacity_tokens(cluster)
+        s = np.asarray(seqlens, dtype=np.int64)
+        if s.size == 0:
+            return 1
+        d = max(1, -(-int(s.sum()) // cap))
+        while d <= cluster.num_replicas:
+            if d == 1:
+                local = int(s.sum())
+            else:
+                local = int(np.sum(-(-s // (2 * d)) * 2))
+            if local <= cap:
+                return d
+            d += 1
+        raise ValueError(
+            f"{int(s.sum())} tokens (longest sequence {int(s.max())}) do not fit on all "
+            f"{cluster.num_replicas} replicas of {cap} tokens each; raise tokens_per_replica / "
+            "memory_bytes, add replicas, or drop such sequences (plan_global_batch(..., "
+            "on_too_long='drop'))"
+        )
+
+    # ---- construction ------------------------------------------------------------------
+    @classmethod
+    def from_model(cls, model: str | ModelSpec, device: str | DeviceSpec, **overrides: Any) -> CostModel:
+        """Estimate coefficients from a model config and a device (no profile needed).
+
+        `model` and `device` are preset names (`"qwen3-8b"`, `"h200"`, ...; see
+        `fcp_data.planner.presets`) or specs. Keyword overrides replace single coefficients.
+        """
+        from .presets import estimate_cost_model
+
+        return replace(estimate_cost_model(model, device), **overrides)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({"fcp_cost_model": 1, **asdict(self)}, indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostModel:
+        """Read a cost model saved by `save` or written by `fcp profile`."""
+        raw = json.loads(Path(path).read_text())
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: a cost model file holds a JSON object, got {type(raw)}")
+        raw = dict(raw.get("cost_model", raw))
+        raw.pop("fcp_cost_model", None)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown cost-model fields {unknown}; known: {sorted(known)}")
+        return cls(**raw)
+
+    def perturbed(self, rng: np.random.Generator, noise: float) -> CostModel:
+        """A copy with alpha/beta coefficients scaled by U(1 − noise, 1 + noise) (robustness)."""
+        keys = ("alpha1", "alpha2", "alpha3", "beta1", "beta2")
+        return replace(self, **{k: getattr(self, k) * float(rng.uniform(1 - noise, 1 + noise)) for k in keys})
