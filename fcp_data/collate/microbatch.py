@@ -1,0 +1,190 @@
+"""MicroBatch: what one replica runs in one wave, with the plan that says how.
+
+Every replica yields one MicroBatch per wave of a global batch (an empty one for a wave it sits
+out), so a training loop counts `plan.num_waves` micro-batches per optimizer step and steps after
+the one with `is_last_wave`. `global_num_loss_tokens` is the loss-token count of the whole global
+batch over all replicas and waves (known from the plan, no collective), so summing per-token
+losses and dividing by it gives the exact per-token mean after the gradient all-reduce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..planner.plan import RankPlan
+from .pack import PackedShard
+
+if TYPE_CHECKING:
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+__all__ = ["MicroBatch", "VisionInput"]
+
+
+@dataclass(kw_only=True, slots=True)
+class VisionInput:
+    """Decoded frames of one visual item and where their tokens sit in this replica's buffer.
+
+    Only frames with at least one vision token on this replica are decoded (a frame whose tokens
+    straddle a chunk boundary is decoded by both owners). `token_positions` are local positions
+    in the packed buffer; `token_frame[k]` is the index into `frame_indices` of the frame that
+    token k belongs to.
+    """
+
+    sample_id: int
+    key: str
+    frame_indices: torch.Tensor
+    pixels: torch.Tensor | None
+    token_positions: torch.Tensor
+    token_frame: torch.Tensor
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True, slots=True)
+class MicroBatch:
+    """One replica's zigzag-sharded THD micro-batch of one wave (see fcp_data.collate.pack)."""
+
+    tokens: torch.Tensor
+    labels: torch.Tensor
+    loss_mask: torch.Tensor
+    position_ids: torch.Tensor
+    cu_seqlens: torch.Tensor
+    cu_seqlens_padded: torch.Tensor
+    local_cu_seqlens: torch.Tensor
+    local_cu_seqlens_padded: torch.Tensor
+    max_seqlen: int
+    local_max_seqlen: int
+    sample_ids: tuple[int, ...]
+    keys: tuple[str, ...]
+    causal: tuple[bool, ...]
+    plan: RankPlan
+    global_num_loss_tokens: int
+    epoch: int = 0
+    batch_index: int = 0
+    vision: tuple[VisionInput, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+    """(key, reason) of samples of this group that failed to read: masked out of the loss."""
+
+    # ---- views -------------------------------------------------------------------------
+    @property
+    def is_empty(self) -> bool:
+        return self.plan.is_empty
+
+    @property
+    def wave(self) -> int:
+        return self.plan.wave
+
+    @property
+    def is_last_wave(self) -> bool:
+        return self.plan.is_last_wave
+
+    @property
+    def digest(self) -> str:
+        return self.plan.digest
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.tokens.numel())
+
+    @property
+    def num_loss_tokens(self) -> int:
+        """Loss tokens on this replica in this wave (float mask summed, exact up to 2**24)."""
+        return int(self.loss_mask.sum().item())
+
+    # ---- construction ------------------------------------------------------------------
+    @classmethod
+    def from_packed(
+        cls,
+        packed: PackedShard,
+        *,
+        plan: RankPlan,
+        sample_ids: tuple[int, ...],
+        keys: tuple[str, ...],
+        global_num_loss_tokens: int,
+        epoch: int = 0,
+        batch_index: int = 0,
+        vision: tuple[VisionInput, ...] = (),
+        skipped: tuple[tuple[str, str], ...] = (),
+    ) -> MicroBatch:
+        def t(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a))
+
+        return cls(
+            tokens=t(packed.tokens),
+            labels=t(packed.labels),
+            loss_mask=t(packed.loss_mask),
+            position_ids=t(packed.position_ids),
+            cu_seqlens=t(packed.cu_seqlens),
+            cu_seqlens_padded=t(packed.cu_seqlens_padded),
+            local_cu_seqlens=t(packed.local_cu_seqlens),
+            local_cu_seqlens_padded=t(packed.local_cu_seqlens_padded),
+            max_seqlen=packed.max_seqlen,
+            local_max_seqlen=packed.local_max_seqlen,
+            sample_ids=sample_ids,
+            keys=keys,
+            causal=tuple(bool(c) for c in plan.causal),
+            plan=plan,
+            global_num_loss_tokens=global_num_loss_tokens,
+            epoch=epoch,
+            batch_index=batch_index,
+            vision=vision,
+            skipped=skipped,
+        )
+
+    @classmethod
+    def empty(
+        cls, plan: RankPlan, *, global_num_loss_tokens: int, epoch: int = 0, batch_index: int = 0
+    ) -> MicroBatch:
+        """The no-op micro-batch of a replica that sits a wave out (zero tokens, cu_seqlens [0])."""
+        z = torch.zeros(0, dtype=torch.int64)
+        c = torch.zeros(1, dtype=torch.int32)
+        return cls(
+            tokens=z, labels=z.clone(), loss_mask=torch.zeros(0, dtype=torch.float32),
+            position_ids=z.clone(), cu_seqlens=c, cu_seqlens_padded=c.clone(),
+            local_cu_seqlens=c.clone(), local_cu_seqlens_padded=c.clone(), max_seqlen=0,
+            local_max_seqlen=0, sample_ids=(), keys=(), causal=(), plan=plan,
+            global_num_loss_tokens=global_num_loss_tokens, epoch=epoch, batch_index=batch_index,
+        )
+
+    # ---- use ---------------------------------------------------------------------------
+    def packed_seq_params(self, cp_group: Any = None) -> PackedSeqParams:
+        """megatron-core PackedSeqParams (qkv_format "thd") for this micro-batch.
+
+        cu_seqlens are those of the unsharded sequences (TE divides the padded offsets by the CP
+        size itself); max_seqlen is the longest padded sequence. Pass the CP process group that
+        `fcp_exec.cp_context` bound, or leave it None to let megatron-core use its own.
+        """
+        from megatron.core.packed_seq_params import PackedSeqParams
+
+        return PackedSeqParams(
+            qkv_format="thd",
+            cu_seqlens_q=self.cu_seqlens,
+            cu_seqlens_kv=self.cu_seqlens,
+            cu_seqlens_q_padded=self.cu_seqlens_padded,
+            cu_seqlens_kv_padded=self.cu_seqlens_padded,
+            max_seqlen_q=self.max_seqlen,
+            max_seqlen_kv=self.max_seqlen,
+            local_cp_size=max(self.plan.degree, 1),
+            cp_group=cp_group,
+        )
+
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> MicroBatch:
+        """A copy with every tensor on `device` (cu_seqlens included: TE reads them on device)."""
+        changes: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor):
+                changes[f.name] = v.to(device, non_blocking=non_blocking)
+        return replace(self, **changes)
+
+    def pin_memory(self) -> MicroBatch:
+        """Called by torch's DataLoader when pin_memory=True."""
+        changes = {
+            f.name: getattr(self, f.name).pin_memory()
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return replace(self, **changes)

@@ -1,0 +1,110 @@
+"""THD packing of one replica's shard of a CP group's sequences.
+
+Labels are shifted on the *unsharded* sequence (labels[t] = tokens[t+1]) before it is cut into
+zigzag chunks, so the last token of chunk i still predicts the first token of chunk i+1 even
+though that token lives on another replica. The last real token of a sequence and every padding
+slot get `ignore_index` and loss-mask 0: a sequence of L tokens contributes exactly L-1 loss
+tokens wherever its chunks land. Position ids are global positions (RoPE must see where a token
+sits in the whole sequence, not in the shard).
+
+cu_seqlens follow Transformer Engine's THD+CP convention: `cu_seqlens` / `cu_seqlens_padded`
+describe the *unsharded* sequences (real and padded lengths); TE divides the padded offsets by
+the CP size itself. The local offsets (`local_cu_seqlens_padded` = padded / d) index this
+replica's packed buffer; `local_cu_seqlens` counts the real tokens each sequence has here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .zigzag import padded_seqlen, shard_indices
+
+__all__ = ["IGNORE_INDEX", "PackedShard", "pack_shard", "shifted_labels"]
+
+IGNORE_INDEX = -100
+"""Label of tokens out of the loss (PyTorch's cross-entropy default `ignore_index`)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class PackedShard:
+    """One replica's packed THD buffers (numpy; `MicroBatch` turns them into tensors)."""
+
+    tokens: np.ndarray
+    labels: np.ndarray
+    loss_mask: np.ndarray
+    position_ids: np.ndarray
+    cu_seqlens: np.ndarray
+    cu_seqlens_padded: np.ndarray
+    local_cu_seqlens: np.ndarray
+    local_cu_seqlens_padded: np.ndarray
+    max_seqlen: int
+    local_max_seqlen: int
+    global_positions: tuple[np.ndarray, ...]
+    """Per sequence, the global positions held here in local order (vision needs them)."""
+
+
+def shifted_labels(
+    tokens: np.ndarray, padded_len: int, ignore_index: int = IGNORE_INDEX
+) -> np.ndarray:
+    """Labels of a padded sequence: next token for positions 0..L-2, `ignore_index` after."""
+    n = len(tokens)
+    if padded_len < n:
+        raise ValueError(f"padded_len={padded_len} is shorter than the sequence ({n} tokens)")
+    labels = np.full(padded_len, ignore_index, dtype=np.int64)
+    if n > 1:
+        labels[: n - 1] = tokens[1:]
+    return labels
+
+
+def pack_shard(
+    sequences: Sequence[np.ndarray],
+    *,
+    degree: int,
+    index: int,
+    pad_id: int = 0,
+    ignore_index: int = IGNORE_INDEX,
+) -> PackedShard:
+    """Pad, label, zigzag-shard and concatenate a CP group's sequences for replica `index`."""
+    n = len(sequences)
+    lens = np.array([len(s) for s in sequences], dtype=np.int64)
+    if n and lens.min() < 1:
+        k = int(np.argmin(lens))
+        raise ValueError(f"sequence {k} is empty; every sequence needs >= 1 token")
+    plens = np.array([padded_seqlen(int(L), degree) for L in lens], dtype=np.int64)
+    tok_parts: list[np.ndarray] = []
+    lab_parts: list[np.ndarray] = []
+    pos_parts: list[np.ndarray] = []
+    local_real = np.zeros(n, dtype=np.int64)
+    for k, seq in enumerate(sequences):
+        L, P = int(lens[k]), int(plens[k])
+        idx = shard_indices(P, degree, index)
+        padded = np.full(P, pad_id, dtype=np.int64)
+        padded[:L] = seq
+        tok_parts.append(padded[idx])
+        lab_parts.append(shifted_labels(padded[:L], P, ignore_index)[idx])
+        pos_parts.append(idx)
+        local_real[k] = int(np.count_nonzero(idx < L))
+
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def cum(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(x)]).astype(np.int32)
+
+    labels = cat(lab_parts)
+    return PackedShard(
+        tokens=cat(tok_parts),
+        labels=labels,
+        loss_mask=(labels != ignore_index).astype(np.float32),
+        position_ids=cat(pos_parts),
+        cu_seqlens=cum(lens),
+        cu_seqlens_padded=cum(plens),
+        local_cu_seqlens=cum(local_real),
+        local_cu_seqlens_padded=cum(plens // degree),
+        max_seqlen=int(plens.max()) if n else 0,
+        local_max_seqlen=int(plens.max()) // degree if n else 0,
+        global_positions=tuple(pos_parts),
+    )

@@ -1,0 +1,91 @@
+"""Zigzag sharding of one sequence over a CP group (Transformer Engine's THD CP layout).
+
+A sequence of length L run by a CP group of degree d is padded to a multiple of 2d and cut into
+2d equal chunks; replica i of the group holds chunks i and 2d-1-i. Under causal attention chunk
+k costs about k+1 units, so pairing chunk i with chunk 2d-1-i gives every replica the same
+2d+1 units: with d = 4 a contiguous split would give the last replica 7x the first one's work.
+Full-attention sequences use the same layout (their cost is balanced either way), so that
+megatron-core components that slice by CP rank (TE `get_batch_on_this_cp_rank`,
+`thd_get_partitioned_indices`) agree with us for every sequence. At d = 1 the replica holds the
+whole sequence, still padded to a multiple of 2 so TE's padded-THD convention holds.
+
+Everything here is index arithmetic on numpy arrays: no torch, no process group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "chunk_bounds",
+    "padded_seqlen",
+    "shard_indices",
+    "shard_sequence",
+    "unshard_sequence",
+]
+
+
+def _check(degree: int, index: int | None = None) -> None:
+    if isinstance(degree, bool) or int(degree) != degree or degree < 1:
+        raise ValueError(f"degree={degree!r} must be an integer >= 1 (the CP group size)")
+    if index is not None and not 0 <= index < degree:
+        raise ValueError(
+            f"index_in_group={index!r} is outside [0, {degree}) for a degree-{degree} group"
+        )
+
+
+def padded_seqlen(seqlen: int, degree: int) -> int:
+    """L padded to a multiple of 2d (2 at d = 1): the length TE's THD CP layout needs."""
+    _check(degree)
+    if seqlen < 0:
+        raise ValueError(f"seqlen={seqlen} must be >= 0")
+    q = 2 * int(degree)
+    return -(-int(seqlen) // q) * q
+
+
+def chunk_bounds(
+    padded_len: int, degree: int, index: int
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """[start, end) of the two chunks replica `index` holds: chunk i and chunk 2d-1-i."""
+    _check(degree, index)
+    q = 2 * degree
+    if padded_len % q:
+        raise ValueError(
+            f"padded_len={padded_len} is not a multiple of 2*degree={q}; pad it with "
+            "padded_seqlen(seqlen, degree) first"
+        )
+    c = padded_len // q
+    first = (index * c, (index + 1) * c)
+    second = ((q - 1 - index) * c, (q - index) * c)
+    return first, second
+
+
+def shard_indices(padded_len: int, degree: int, index: int) -> np.ndarray:
+    """Global positions held by replica `index`, in local order (chunk i, then chunk 2d-1-i)."""
+    (a0, a1), (b0, b1) = chunk_bounds(padded_len, degree, index)
+    return np.concatenate([np.arange(a0, a1), np.arange(b0, b1)]).astype(np.int64)
+
+
+def shard_sequence(values: np.ndarray, degree: int, index: int) -> np.ndarray:
+    """The local shard of an already padded per-token array (tokens, labels, positions...)."""
+    (a0, a1), (b0, b1) = chunk_bounds(len(values), degree, index)
+    return np.concatenate([values[a0:a1], values[b0:b1]])
+
+
+def unshard_sequence(shards: Sequence[np.ndarray], degree: int) -> np.ndarray:
+    """Inverse of `shard_sequence`: the padded sequence from the d shards in group order."""
+    _check(degree)
+    if len(shards) != degree:
+        raise ValueError(f"got {len(shards)} shards for a degree-{degree} group; need {degree}")
+    sizes = {len(s) for s in shards}
+    if len(sizes) != 1 or next(iter(sizes)) % 2:
+        raise ValueError(f"shards must have one even length each, got lengths {sorted(sizes)}")
+    c = len(shards[0]) // 2
+    q = 2 * degree
+    out = np.empty((q * c, *shards[0].shape[1:]), dtype=shards[0].dtype)
+    for i, s in enumerate(shards):
+        out[i * c : (i + 1) * c] = s[:c]
+        out[(q - 1 - i) * c : (q - i) * c] = s[c:]
+    return out

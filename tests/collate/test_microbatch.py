@@ -1,0 +1,49 @@
+"""MicroBatch: tensors, empty micro-batches, megatron-core PackedSeqParams."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fcp_data.collate import MicroBatch, pack_shard
+from fcp_data.planner import CPGroup, Plan, Wave
+
+
+def _plan() -> Plan:
+    g = CPGroup(
+        replicas=(1, 2), degree=2, sequence_ids=(0, 1), seqlens=(10, 5), causal=(True, False),
+        predicted_time=1.0,
+    )
+    return Plan(
+        num_replicas=3, waves=(Wave(groups=(g,)),), predicted_time=1.0, lower_bound=0.9,
+        strategy="fcp", winner="test",
+    ).with_digest()
+
+
+def test_microbatch_from_packed_and_packed_seq_params() -> None:
+    plan = _plan()
+    rp = plan.for_replica(2, 0)
+    seqs = [np.arange(1, 11), np.arange(20, 25)]
+    mb = MicroBatch.from_packed(
+        pack_shard(seqs, degree=2, index=rp.index_in_group), plan=rp, sample_ids=(7, 3),
+        keys=("a", "b"), global_num_loss_tokens=13,
+    )
+    assert mb.tokens.dtype == torch.int64 and mb.cu_seqlens.dtype == torch.int32
+    assert mb.cu_seqlens.tolist() == [0, 10, 15]
+    assert mb.cu_seqlens_padded.tolist() == [0, 12, 20]
+    assert mb.local_cu_seqlens_padded.tolist() == [0, 6, 10]
+    assert mb.num_tokens == 10 and mb.causal == (True, False) and mb.is_last_wave
+    assert mb.digest == plan.digest and len(mb.digest) == 32
+    p = mb.packed_seq_params()
+    assert p.qkv_format == "thd" and p.max_seqlen_q == 12 and p.local_cp_size == 2
+    assert torch.equal(p.cu_seqlens_kv_padded, mb.cu_seqlens_padded)
+    moved = mb.to("cpu")
+    assert torch.equal(moved.labels, mb.labels) and moved.plan is mb.plan
+
+
+def test_empty_microbatch_is_a_noop() -> None:
+    rp = _plan().for_replica(0, 0)
+    assert rp.is_empty
+    mb = MicroBatch.empty(rp, global_num_loss_tokens=13)
+    assert mb.is_empty and mb.num_tokens == 0 and mb.num_loss_tokens == 0
+    assert mb.cu_seqlens.tolist() == [0] and mb.global_num_loss_tokens == 13
