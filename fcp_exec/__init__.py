@@ -1,3 +1,12 @@
-"""fcp_exec: the training side of Flexible Context Parallelism (process groups, ring attention)."""
+"""fcp_exec: the training side of Flexible Context Parallelism (process groups, ring attention).
 
-__all__: list[str] = []
+Importing fcp_exec imports torch only; megatron-core, flash-attn and torch_npu are imported when
+first used.
+"""
+
+from fcp_exec.attention import ring_attention
+from fcp_exec.kernels import select_kernel
+from fcp_exec.layout import ShardLayout, local_token_index
+from fcp_exec.ring import RingComm
+
+__all__ = ["RingComm", "ShardLayout", "local_token_index", "ring_attention", "select_kernel"]

@@ -1,0 +1,76 @@
+"""Run a function on several real gloo processes: free port, exit codes checked, hard timeout.
+
+Each spawn of N processes importing torch costs seconds on a small CI box, so tests run many
+cases inside one job rather than one job per case.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+__all__ = ["free_port", "run_distributed"]
+
+
+def free_port() -> int:
+    """A TCP port the OS says is free right now (bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _child(
+    fn: Callable[..., Any], rank: int, world: int, port: int, args: tuple[Any, ...], errq: Any
+) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=60),
+        )
+        fn(rank, world, *args)
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        errq.put((rank, traceback.format_exc()))
+        raise SystemExit(1) from None
+
+
+def run_distributed(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 120.0) -> None:
+    """Run fn(rank, world, *args) on `world` spawned processes; raise if any fails or hangs.
+
+    fn must be importable (module level) because processes are spawned, not forked.
+    """
+    ctx = mp.get_context("spawn")
+    errq = ctx.SimpleQueue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=_child, args=(fn, r, world, port, args, errq)) for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    hung = [i for i, p in enumerate(procs) if p.is_alive()]
+    for i in hung:
+        procs[i].kill()
+        procs[i].join()
+    errors = []
+    while not errq.empty():
+        errors.append(errq.get())
+    codes = [p.exitcode for p in procs]
+    if errors or hung or any(c != 0 for c in codes):
+        msg = "\n".join(f"--- rank {r} ---\n{tb}" for r, tb in sorted(errors))
+        raise AssertionError(f"exit codes {codes}, hung ranks {hung} (timeout {timeout}s)\n{msg}")
