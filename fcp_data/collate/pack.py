@@ -66,8 +66,13 @@ def pack_shard(
     index: int,
     pad_id: int = 0,
     ignore_index: int = IGNORE_INDEX,
+    masked: Sequence[bool] | None = None,
 ) -> PackedShard:
-    """Pad, label, zigzag-shard and concatenate a CP group's sequences for replica `index`."""
+    """Pad, label, zigzag-shard and concatenate a CP group's sequences for replica `index`.
+
+    `masked[k]` takes sequence k out of the loss entirely (a sample that failed to read and
+    stands in as padding so the plan's shapes still hold).
+    """
     n = len(sequences)
     lens = np.array([len(s) for s in sequences], dtype=np.int64)
     if n and lens.min() < 1:
@@ -84,7 +89,10 @@ def pack_shard(
         padded = np.full(P, pad_id, dtype=np.int64)
         padded[:L] = seq
         tok_parts.append(padded[idx])
-        lab_parts.append(shifted_labels(padded[:L], P, ignore_index)[idx])
+        labels = shifted_labels(padded[:L], P, ignore_index)
+        if masked is not None and masked[k]:
+            labels[:] = ignore_index
+        lab_parts.append(labels[idx])
         pos_parts.append(idx)
         local_real[k] = int(np.count_nonzero(idx < L))
 

@@ -1,0 +1,283 @@
+"""FCPDataLoader: the DataLoader users swap in; yields zigzag-sharded MicroBatches with plans.
+
+Planning runs in torch DataLoader worker processes: worker w of W plans and collates global
+batches start+w, start+w+W, ... and torch hands their results back round-robin, so batch b+1
+is planned (the paper's asynchronous CPU scheduling) while the training loop runs batch b. With
+num_workers=0 the same code runs inline and yields identical micro-batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from .collate import MicroBatch
+from .loader_batches import BatchBuilder, PlannedBatch, Tokenizer, default_encode
+from .loader_sampler import GlobalBatchSampler
+from .loader_types import BatchMetrics, LoaderState, SampleSource
+from .planner import Cluster, CostModel
+
+__all__ = ["FCPDataLoader", "LoaderOptions"]
+
+
+@dataclass(kw_only=True, slots=True)
+class LoaderOptions:
+    """Less common knobs, kept out of the constructor's signature.
+
+    on_error: "raise" stops at the first unreadable sample (the error names its key); "skip"
+    masks it out of the loss, keeps the plan's shapes and reports it in BatchMetrics.skipped.
+    on_too_long: "drop" lets the planner leave out samples no CP group can hold (counted).
+    timeout_s: seconds the main process waits for a worker's batch before raising (0 = forever;
+    a dead worker is detected by torch either way).
+    """
+
+    drop_last: bool = False
+    shuffle: bool = True
+    on_error: Literal["raise", "skip"] = "raise"
+    on_too_long: Literal["raise", "drop"] = "raise"
+    pad_id: int = 0
+    text_field: str = "text"
+    timeout_s: float = 0.0
+    pin_memory: bool = False
+    multiprocessing_context: str | None = None
+    planner: Callable[..., Any] | None = None
+    encode: Callable[[Mapping[str, Any]], np.ndarray] | None = None
+
+
+class _PlannedBatches(IterableDataset):
+    """Global batches [start, stop) of one epoch, dealt round-robin to DataLoader workers."""
+
+    def __init__(self, builder: BatchBuilder, epoch: int, start: int, stop: int) -> None:
+        self.builder, self.epoch, self.start, self.stop = builder, epoch, start, stop
+
+    def __iter__(self) -> Iterator[PlannedBatch]:
+        info = get_worker_info()
+        w, n = (0, 1) if info is None else (info.id, info.num_workers)
+        order = self.builder.sampler.order(self.epoch)
+        for b in range(self.start + w, self.stop, n):
+            yield self.builder.build(self.epoch, b, order)
+
+
+def _identity(x: PlannedBatch) -> PlannedBatch:
+    return x
+
+
+def _open_source(source: SampleSource | str | Path) -> SampleSource:
+    if isinstance(source, (str, Path)):
+        from .readers import LengthIndex  # type: ignore[attr-defined]
+
+        return LengthIndex.open(source)
+    return source
+
+
+def _header_value(source: Any, *names: str) -> Any:
+    header = getattr(source, "header", None)
+    for n in names:
+        v = getattr(header, n, None) if header is not None else None
+        if v is None and isinstance(header, Mapping):
+            v = header.get(n)
+        if v is not None:
+            return v
+    return None
+
+
+def _spec(obj: Any) -> Any:
+    """What identifies a tokenizer or rule in an index header: a spec string or settings dict."""
+    if obj is None or isinstance(obj, (str, dict)):
+        return obj
+    settings = getattr(obj, "settings", None)
+    if callable(settings):
+        return dict(settings())
+    return getattr(obj, "spec", None) or getattr(obj, "name", None)
+
+
+class FCPDataLoader:
+    """Yields this replica's MicroBatch for every wave of every global batch, in order.
+
+    `source`: a length index (`fcp_data.readers.LengthIndex` or its path). `replica` is this
+    replica's index in [0, cluster.num_replicas); every replica builds its own loader with the
+    same arguments but its replica index, and all of them agree on every plan (MicroBatch.digest).
+    `tokenizer` turns text into ids and must be the one the index was counted with (its `spec`
+    is checked against the index header, as is `vision_rule`).
+    """
+
+    def __init__(
+        self,
+        source: SampleSource | str | Path,
+        *,
+        cluster: Cluster,
+        cost: CostModel,
+        replica: int,
+        global_batch_size: int,
+        seed: int = 0,
+        num_workers: int = 2,
+        prefetch_factor: int = 2,
+        tokenizer: Tokenizer | None = None,
+        vision_rule: Any = None,
+        strategy: str = "fcp",
+        options: LoaderOptions | None = None,
+    ) -> None:
+        self.options = opts = options or LoaderOptions()
+        if isinstance(replica, bool) or not 0 <= int(replica) < cluster.num_replicas:
+            raise ValueError(
+                f"replica={replica!r} is outside [0, {cluster.num_replicas}): it is this "
+                "replica's index in the DP x CP domain (the cluster's num_replicas)"
+            )
+        if num_workers < 0 or prefetch_factor < 1:
+            raise ValueError(
+                f"num_workers={num_workers} must be >= 0 and prefetch_factor={prefetch_factor} >= 1"
+            )
+        self.source = src = _open_source(source)
+        for want, names, what in (
+            (_spec(tokenizer), ("tokenizer", "text_counter", "counter"), "tokenizer"),
+            (_spec(vision_rule), ("vision_rule", "rule"), "vision rule"),
+        ):
+            have = _spec(_header_value(src, *names))
+            if isinstance(want, str) and isinstance(have, dict):
+                have = have.get("name")
+            if want is not None and have is not None and want != have:
+                raise ValueError(
+                    f"the index was built with {what} {have!r} but the loader has {want!r}: "
+                    "token counts would not match the plan; rebuild the index with the "
+                    f"loader's {what} or pass the one the index was built with"
+                )
+        self.cluster, self.cost, self.replica = cluster, cost, int(replica)
+        self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
+        self.sampler = GlobalBatchSampler(
+            num_samples=len(src.seqlens), global_batch_size=global_batch_size, seed=seed,
+            drop_last=opts.drop_last, shuffle=opts.shuffle,
+        )
+        planner = opts.planner
+        if planner is None:
+            from .planner import plan_global_batch  # type: ignore[attr-defined]
+
+            planner = plan_global_batch
+        encode = opts.encode or partial(default_encode, tokenizer=tokenizer,
+                                        text_field=opts.text_field)
+        self._builder = BatchBuilder(
+            source=src, sampler=self.sampler, cluster=cluster, cost=cost, replica=self.replica,
+            planner=planner, encode=encode, strategy=strategy, on_too_long=opts.on_too_long,
+            on_error=opts.on_error, pad_id=opts.pad_id,
+        )
+        self._epoch, self._batch, self._wave = 0, 0, 0
+        self.metrics: BatchMetrics | None = None
+        self.metrics_history: list[BatchMetrics] = []
+
+    # ---- sizes -------------------------------------------------------------------------
+    @property
+    def num_batches(self) -> int:
+        """Global batches per epoch (an optimizer step each)."""
+        return self.sampler.num_batches()
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    # ---- state ---------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its first batch (a no-op when already in it, e.g. after resume)."""
+        if int(epoch) != self._epoch:
+            self._epoch, self._batch, self._wave = int(epoch), 0, 0
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the next micro-batch comes from: a few integers, no sample buffers."""
+        s = LoaderState(
+            epoch=self._epoch, batch=self._batch, wave=self._wave, seed=self.sampler.seed,
+            global_batch_size=self.sampler.global_batch_size,
+            num_samples=self.sampler.num_samples, num_replicas=self.cluster.num_replicas,
+        )
+        return {k: int(v) for k, v in zip(s.__struct_fields__, (getattr(s, f) for f in
+                                                                 s.__struct_fields__))}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Resume exactly (same cluster) or elastically (other replica count: same samples)."""
+        s = LoaderState(**{k: int(state[k]) for k in LoaderState.__struct_fields__})
+        if s.num_samples != self.sampler.num_samples:
+            raise ValueError(
+                f"the state was saved over {s.num_samples} samples but the source holds "
+                f"{self.sampler.num_samples}: resume needs the same index"
+            )
+        batch, wave = s.batch, s.wave
+        g = self.sampler.global_batch_size
+        if s.global_batch_size != g:
+            consumed = s.batch * s.global_batch_size
+            batch, wave = consumed // g, 0
+            warnings.warn(
+                f"global_batch_size changed on resume ({s.global_batch_size} -> {g}): "
+                f"continuing at batch {batch} of the new size ({consumed} samples were "
+                f"consumed{'; ' + str(consumed % g) + ' are seen again' if consumed % g else ''})",
+                stacklevel=2,
+            )
+        if s.num_replicas != self.cluster.num_replicas and wave:
+            warnings.warn(
+                f"resumed on {self.cluster.num_replicas} replicas (saved on {s.num_replicas}) "
+                f"in the middle of a global batch (wave {wave}): the batch is re-planned and "
+                "restarts at its first wave",
+                stacklevel=2,
+            )
+            wave = 0
+        if s.seed != self.sampler.seed:
+            self.sampler = GlobalBatchSampler(
+                num_samples=self.sampler.num_samples, global_batch_size=g, seed=s.seed,
+                drop_last=self.sampler.drop_last, shuffle=self.sampler.shuffle,
+            )
+            self._builder.sampler = self.sampler
+        self._epoch, self._batch, self._wave = s.epoch, batch, wave
+
+    # ---- iteration -----------------------------------------------------------------------
+    def _planned(self, epoch: int, start: int, stop: int) -> Iterator[PlannedBatch]:
+        ds = _PlannedBatches(self._builder, epoch, start, stop)
+        if self.num_workers == 0:
+            yield from ds
+            return
+        opts = self.options
+        dl = DataLoader(
+            ds, batch_size=None, num_workers=min(self.num_workers, max(stop - start, 1)),
+            prefetch_factor=self.prefetch_factor, collate_fn=_identity,
+            pin_memory=opts.pin_memory, timeout=opts.timeout_s,
+            multiprocessing_context=opts.multiprocessing_context,
+        )
+        pending: dict[int, PlannedBatch] = {}
+        nxt = start
+        for pb in dl:  # torch returns workers' items round-robin; re-order defensively
+            pending[pb.batch_index] = pb
+            while nxt in pending:
+                yield pending.pop(nxt)
+                nxt += 1
+        if pending or nxt != stop:
+            raise RuntimeError(f"DataLoader workers delivered batches up to {nxt}, need {stop}")
+
+    def __len__(self) -> int:
+        """Micro-batches left are plan-dependent; this is global batches per epoch."""
+        return self.num_batches
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        epoch, start, skip = self._epoch, self._batch, self._wave
+        log = logging.getLogger(__name__)
+        for pb in self._planned(epoch, start, self.num_batches):
+            self.metrics = m = pb.metrics
+            self.metrics_history.append(m)
+            log.info(
+                "epoch %d batch %d: %d seqs, %d tokens, %d waves, degrees %s, predicted %.4gs "
+                "(%.3fx bound), planned in %.1f ms, %d skipped", m.epoch, m.batch_index,
+                m.num_sequences, m.num_tokens, m.num_waves, list(m.degrees), m.predicted_time,
+                m.ratio_to_bound, 1e3 * m.planning_s, len(m.skipped),
+            )
+            n = len(pb.micro_batches)
+            for w in range(skip, n):
+                if w + 1 == n:
+                    self._batch, self._wave = pb.batch_index + 1, 0
+                else:
+                    self._batch, self._wave = pb.batch_index, w + 1
+                yield pb.micro_batches[w]
+            skip = 0
+        if self._epoch == epoch and self._batch >= self.num_batches:
+            self._epoch, self._batch, self._wave = epoch + 1, 0, 0

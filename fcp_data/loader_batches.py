@@ -1,0 +1,168 @@
+"""Planning and collating one global batch for one replica (runs inside DataLoader workers).
+
+Every replica calls `BatchBuilder.build(epoch, b)` with the same inputs and gets the same plan
+(the planner is pure and deterministic), then reads and tokenizes only the sequences of the CP
+groups it belongs to and packs its zigzag shard of each. Nothing here talks to other replicas.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from .collate import MicroBatch, pack_shard
+from .loader_sampler import GlobalBatchSampler
+from .loader_types import BatchMetrics, SampleSource
+from .planner import Cluster, CostModel, Plan
+
+__all__ = ["BatchBuilder", "PlannedBatch", "SampleReadError", "default_encode"]
+
+Tokenizer = Callable[[str], Sequence[int]]
+
+
+class SampleReadError(RuntimeError):
+    """A sample of the plan could not be read or tokenized; names the key and index position."""
+
+    def __init__(self, key: str, index: int, reason: str) -> None:
+        super().__init__(f"sample {key!r} (index position {index}): {reason}")
+        self.key, self.index, self.reason = key, index, reason
+
+
+def _text_of(sample: Mapping[str, Any], text_field: str) -> str:
+    for ext in ("txt", "text"):
+        if ext in sample:
+            v = sample[ext]
+            return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+    if "json" in sample:
+        v = sample["json"]
+        obj = json.loads(v) if isinstance(v, (bytes, str)) else v
+        if text_field in obj:
+            return str(obj[text_field])
+    raise ValueError(
+        f"no text member: members are {sorted(sample)}; expected .txt, or .json with a "
+        f"{text_field!r} field (set text_field=), or pre-tokenized .npy"
+    )
+
+
+def default_encode(
+    sample: Mapping[str, Any], tokenizer: Tokenizer | None, text_field: str = "text"
+) -> np.ndarray:
+    """Token ids of a text sample: pre-tokenized `.npy`, else `tokenizer(text)`."""
+    if "npy" in sample:
+        v = sample["npy"]
+        return np.load(io.BytesIO(v)).astype(np.int64).ravel() if isinstance(v, bytes) else \
+            np.asarray(v, dtype=np.int64).ravel()
+    if tokenizer is None:
+        raise ValueError("the sample is text but the loader has no tokenizer=; pass one")
+    return np.asarray(tokenizer(_text_of(sample, text_field)), dtype=np.int64)
+
+
+@dataclass(kw_only=True, slots=True)
+class PlannedBatch:
+    """One global batch as one replica sees it: its micro-batches (one per wave) + metrics."""
+
+    epoch: int
+    batch_index: int
+    micro_batches: list[MicroBatch]
+    metrics: BatchMetrics
+
+
+@dataclass(kw_only=True, slots=True)
+class BatchBuilder:
+    """Everything a worker needs to turn (epoch, batch index) into this replica's micro-batches.
+
+    Picklable: it travels to spawned DataLoader workers. `planner` has the signature of
+    `fcp_data.planner.plan_global_batch`; `encode(sample, key)` returns token ids.
+    """
+
+    source: SampleSource
+    sampler: GlobalBatchSampler
+    cluster: Cluster
+    cost: CostModel
+    replica: int
+    planner: Callable[..., Plan]
+    encode: Callable[[Mapping[str, Any]], np.ndarray]
+    strategy: str = "fcp"
+    on_too_long: Literal["raise", "drop"] = "raise"
+    on_error: Literal["raise", "skip"] = "raise"
+    pad_id: int = 0
+
+    def plan(self, ids: np.ndarray) -> Plan:
+        seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
+        causal = np.asarray(self.source.causal)[ids].astype(bool)
+        return self.planner(
+            seqlens, self.cluster, self.cost, causal=causal, strategy=self.strategy,
+            seed=self.sampler.seed, on_too_long=self.on_too_long,
+        )
+
+    def _read(self, pos: int, planned: int) -> tuple[np.ndarray, str | None]:
+        """Token ids of index position `pos`, or (padding, reason) when skipping a bad one."""
+        key = str(self.source.keys[pos])
+        try:
+            ids = self.encode(self.source.read(pos))
+        except Exception as e:  # any reader/decoder failure is this sample's, named by key
+            if self.on_error == "raise":
+                raise SampleReadError(key, pos, f"{type(e).__name__}: {e}") from e
+            return np.full(planned, self.pad_id, dtype=np.int64), f"{type(e).__name__}: {e}"
+        if len(ids) != planned:
+            raise SampleReadError(
+                key, pos,
+                f"tokenized to {len(ids)} tokens but the index says {planned}: the index was "
+                "built with another tokenizer or vision rule than the loader's; rebuild it "
+                "(fcp index --tokenizer ...) or pass the tokenizer it was built with",
+            )
+        return ids, None
+
+    def build(self, epoch: int, batch_index: int, order: np.ndarray | None = None) -> PlannedBatch:
+        ids = self.sampler.batch(epoch, batch_index, order)
+        t0 = time.perf_counter()
+        plan = self.plan(ids)
+        planning_s = time.perf_counter() - t0
+        seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
+        planned_ids = plan.sequence_ids()
+        global_loss = int(sum(int(seqlens[s]) - 1 for s in planned_ids))
+        skipped: list[tuple[str, str]] = [
+            (str(self.source.keys[int(ids[s])]), f"too long for the cluster ({seqlens[s]} tokens)")
+            for s in plan.dropped
+        ]
+        t1 = time.perf_counter()
+        mbs: list[MicroBatch] = []
+        for w in range(plan.num_waves):
+            rp = plan.for_replica(self.replica, w)
+            if rp.is_empty:
+                mbs.append(MicroBatch.empty(
+                    rp, global_num_loss_tokens=global_loss, epoch=epoch, batch_index=batch_index
+                ))
+                continue
+            pos = tuple(int(ids[s]) for s in rp.sequence_ids)
+            keys = tuple(str(self.source.keys[p]) for p in pos)
+            seqs, masked, bad = [], [], []
+            for p, k, L in zip(pos, keys, rp.seqlens):
+                tok, reason = self._read(p, int(L))
+                seqs.append(tok)
+                masked.append(reason is not None)
+                if reason is not None:
+                    bad.append((k, reason))
+            packed = pack_shard(
+                seqs, degree=rp.degree, index=rp.index_in_group, pad_id=self.pad_id, masked=masked
+            )
+            skipped.extend(bad)
+            mbs.append(MicroBatch.from_packed(
+                packed, plan=rp, sample_ids=pos, keys=keys, global_num_loss_tokens=global_loss,
+                epoch=epoch, batch_index=batch_index, skipped=tuple(bad),
+            ))
+        metrics = BatchMetrics(
+            epoch=epoch, batch_index=batch_index, num_sequences=len(ids),
+            num_tokens=int(seqlens.sum()), num_waves=plan.num_waves,
+            degrees=tuple(plan.degrees), predicted_time=float(plan.predicted_time),
+            lower_bound=float(plan.lower_bound), winner=plan.winner, planning_s=planning_s,
+            load_s=time.perf_counter() - t1, digest=plan.digest, skipped=tuple(skipped),
+        )
+        return PlannedBatch(epoch=epoch, batch_index=batch_index, micro_batches=mbs,
+                            metrics=metrics)

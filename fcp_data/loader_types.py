@@ -1,0 +1,81 @@
+"""Small data types of the loader: resume state, per-batch metrics, the sample source protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+import numpy as np
+
+__all__ = ["BatchMetrics", "LoaderState", "SampleSource"]
+
+
+@runtime_checkable
+class SampleSource(Protocol):
+    """What the loader needs from a length index (`fcp_data.readers.LengthIndex` provides it).
+
+    `seqlens[i]` is sample i's planned token count (text + vision + special tokens), `causal[i]`
+    its attention kind, `read(i)` its members (extension -> bytes) found by tar offsets.
+    """
+
+    @property
+    def keys(self) -> Any: ...
+
+    @property
+    def seqlens(self) -> np.ndarray: ...
+
+    @property
+    def causal(self) -> np.ndarray: ...
+
+    def read(self, i: int) -> Mapping[str, Any]: ...
+
+
+class LoaderState(msgspec.Struct, frozen=True, kw_only=True):
+    """Exact resume point: a few integers, no sample buffers.
+
+    `batch` global batches of `epoch` are done and `wave` micro-batches of the next one were
+    yielded. `num_replicas` and `global_batch_size` are kept only to detect a changed cluster
+    (elastic resume: same samples, new plans) or a changed batch size (warned).
+    """
+
+    epoch: int
+    batch: int
+    wave: int
+    seed: int
+    global_batch_size: int
+    num_samples: int
+    num_replicas: int
+
+
+class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """What planning one global batch produced, for logs and dashboards.
+
+    `planning_s` is wall time spent in the planner (inside the worker, overlapped with training
+    when num_workers > 0); `load_s` reading, tokenizing and packing this replica's share.
+    `skipped` lists (key, reason) of samples left out of this batch: too long for the cluster
+    (dropped by the planner) or unreadable (masked out by this replica's group).
+    """
+
+    epoch: int
+    batch_index: int
+    num_sequences: int
+    num_tokens: int
+    num_waves: int
+    degrees: tuple[int, ...]
+    predicted_time: float
+    lower_bound: float
+    winner: str
+    planning_s: float
+    load_s: float
+    digest: str
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ratio_to_bound(self) -> float:
+        return self.predicted_time / self.lower_bound if self.lower_bound > 0 else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = msgspec.structs.asdict(self)
+        d["ratio_to_bound"] = self.ratio_to_bound
+        return d
