@@ -1,0 +1,60 @@
+"""Readers: WebDataset text/video/image shards, vision-token rules, the length index.
+
+    from fcp_data.readers import LengthIndex, build_index, stream_records, get_rule
+    index = LengthIndex.open("index", expect_rule="qwen2.5-vl")
+    planner_input = index.seqlens, index.causal
+
+Submodules are imported lazily (PEP 562) so `import fcp_data.readers` does no work.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "RULE_NAMES",
+    "ErrorPolicy",
+    "LengthIndex",
+    "Prober",
+    "RatioCounter",
+    "RuleMismatchError",
+    "SampleError",
+    "SampleRecord",
+    "ScanConfig",
+    "StaleIndexError",
+    "TooManyFailures",
+    "VisionTokenRule",
+    "VisionTokens",
+    "build_index",
+    "decode_frames",
+    "decode_sample_video",
+    "expand_shards",
+    "get_rule",
+    "load_counter",
+    "make_shards",
+    "stream_records",
+]
+
+_WHERE = {
+    "RULE_NAMES": "rules", "get_rule": "rules",
+    "ErrorPolicy": "errors", "SampleError": "errors", "TooManyFailures": "errors",
+    "LengthIndex": "length_index", "RuleMismatchError": "length_index",
+    "StaleIndexError": "length_index",
+    "Prober": "probe",
+    "RatioCounter": "text", "load_counter": "text",
+    "SampleRecord": "scan", "ScanConfig": "scan",
+    "VisionTokenRule": "rules_base", "VisionTokens": "rules_base",
+    "build_index": "build",
+    "decode_frames": "decode", "decode_sample_video": "decode",
+    "expand_shards": "shards",
+    "make_shards": "synth",
+    "stream_records": "stream",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

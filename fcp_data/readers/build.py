@@ -1,0 +1,180 @@
+"""Build a length index: scan shards in a process pool, write arrays and header.
+
+Each shard is scanned by one task (`_scan_shard`), so throughput scales with workers until the
+disk saturates; results are merged in shard order so the index is identical for any worker
+count. The consecutive-failure fuse spans shard boundaries: a worker reports the failures at the
+head and tail of its shard and the parent joins the runs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from .errors import ErrorPolicy, SkippedSample, TooManyFailures
+from .index_format import (
+    FORMAT_VERSION,
+    HEADER_NAME,
+    MEMBER_ARRAYS,
+    SAMPLE_ARRAYS,
+    IndexHeader,
+    ShardEntry,
+)
+from .length_index import LengthIndex
+from .scan import SampleRecord, ScanConfig, Scanner
+from .shards import expand_shards, is_seekable, shard_fingerprint
+from .text import TokenCounter, load_counter
+
+__all__ = ["build_index"]
+
+
+class _ShardResult(msgspec.Struct):
+    url: str
+    records: list[SampleRecord]
+    skipped: list[SkippedSample]
+    head_failures: int  # failures before the first good sample (all, if none is good)
+    tail_failures: int
+    fingerprint: str
+    size: int
+
+
+def _scan_shard(url: str, config: ScanConfig, counter: TokenCounter) -> _ShardResult:
+    with Scanner(config, counter) as scanner:
+        records: list[SampleRecord] = []
+        head = -1
+        for rec in scanner.scan(url):
+            if head < 0:
+                head = len(scanner.log.skipped)
+            records.append(rec)
+        skipped = scanner.log.skipped
+        head = len(skipped) if head < 0 else head
+        tail = scanner.log.consecutive
+    size = os.path.getsize(url) if is_seekable(url) else 0
+    return _ShardResult(url, records, skipped, head, tail, shard_fingerprint(url), size)
+
+
+def _check_runs(results: list[_ShardResult], policy: ErrorPolicy) -> None:
+    """Raise when bad samples run on across shard boundaries past the policy's limit."""
+    run = 0
+    for res in results:
+        if res.records:
+            run += res.head_failures
+            if run < policy.max_consecutive_failures:
+                run = res.tail_failures
+                continue
+        else:
+            run += len(res.skipped)
+            if run < policy.max_consecutive_failures:
+                continue
+        raise TooManyFailures(
+            f"{run} consecutive bad samples across shards, up to {res.url}; the dataset looks "
+            f"broken. Fix it or raise max_consecutive_failures "
+            f"(now {policy.max_consecutive_failures})")
+
+
+def _write(out: Path, header: IndexHeader, results: list[_ShardResult]) -> None:
+    records = [r for res in results for r in res.records]
+    n = len(records)
+    cols: dict[str, np.ndarray] = {k: np.zeros(n, dtype=v) for k, v in SAMPLE_ARRAYS.items()}
+    shard_of = {res.url: s for s, res in enumerate(results)}
+    exts: list[str] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    for i, r in enumerate(records):
+        cols["shard"][i] = shard_of[r.url]
+        cols["modality"][i] = r.modality
+        cols["text_tokens"][i] = r.text_tokens
+        cols["vision_tokens"][i] = r.vision_tokens
+        cols["special_tokens"][i] = r.special_tokens
+        cols["causal"][i] = r.causal
+        cols["member_start"][i] = len(exts)
+        cols["member_count"][i] = len(r.members)
+        cols["num_frames"][i], cols["fps"][i] = r.num_frames, r.fps
+        cols["width"][i], cols["height"][i] = r.width, r.height
+        for ext, (off, size) in r.members.items():
+            exts.append(ext)
+            offsets.append(off)
+            sizes.append(size)
+    cols["seqlens"][:] = cols["text_tokens"] + cols["vision_tokens"] + cols["special_tokens"]
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    np.save(tmp / "keys.npy", np.array([r.key for r in records], dtype=str))
+    np.save(tmp / "member_ext.npy", np.array(exts, dtype=str))
+    np.save(tmp / "member_offset.npy", np.array(offsets, dtype=MEMBER_ARRAYS["member_offset"]))
+    np.save(tmp / "member_size.npy", np.array(sizes, dtype=MEMBER_ARRAYS["member_size"]))
+    for name, arr in cols.items():
+        np.save(tmp / f"{name}.npy", arr)
+    (tmp / HEADER_NAME).write_bytes(msgspec.json.format(msgspec.json.encode(header)))
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+
+
+def build_index(shards: Sequence[str] | str, out: str | os.PathLike[str], *,
+                config: ScanConfig | None = None, counter: TokenCounter | None = None,
+                workers: int = 1, progress: bool = False) -> LengthIndex:
+    """Scan `shards` (paths, globs, braces, pipe:) and write an index directory at `out`.
+
+    `counter` (any picklable TokenCounter) overrides `config.tokenizer`; its spec is recorded.
+    Raises SampleError (on_error="raise") or TooManyFailures; otherwise skipped samples are
+    listed in `index.skipped`.
+    """
+    from fcp_data import __version__
+
+    config = config or ScanConfig()
+    counter = counter or load_counter(config.tokenizer)
+    policy = ErrorPolicy(on_error=config.on_error,  # type: ignore[arg-type]
+                         max_consecutive_failures=config.max_consecutive_failures)
+    urls = expand_shards(shards)
+    if workers < 1:
+        raise ValueError(f"workers={workers} must be >= 1")
+    results: list[_ShardResult] = []
+    bar = None
+    if progress:
+        from rich.progress import Progress
+
+        bar = Progress(transient=False)
+        bar.start()
+        task = bar.add_task("indexing shards", total=len(urls))
+    try:
+        if workers == 1 or len(urls) == 1:
+            for url in urls:
+                results.append(_scan_shard(url, config, counter))
+                if bar is not None:
+                    bar.advance(task)
+        else:
+            ctx = mp.get_context("spawn")
+            with ProcessPoolExecutor(min(workers, len(urls)), mp_context=ctx) as pool:
+                futures: list[Future[_ShardResult]] = [
+                    pool.submit(_scan_shard, u, config, counter) for u in urls]
+                if bar is not None:
+                    for f in futures:
+                        f.add_done_callback(lambda _f: bar.advance(task))
+                results = [f.result() for f in futures]
+    finally:
+        if bar is not None:
+            bar.stop()
+    _check_runs(results, policy)
+    out = Path(out)
+
+    def rel(url: str) -> str:
+        if not is_seekable(url):
+            return url
+        return os.path.relpath(os.path.abspath(url), out.resolve())
+
+    header = IndexHeader(
+        format_version=FORMAT_VERSION,
+        num_samples=sum(len(r.records) for r in results),
+        scan=config, rule=Scanner(config, counter).rule.settings(), tokenizer=counter.spec,
+        shards=[ShardEntry(url=rel(r.url), fingerprint=r.fingerprint, size=r.size,
+                           num_samples=len(r.records)) for r in results],
+        skipped=[s for r in results for s in r.skipped], fcp_version=__version__)
+    _write(out, header, results)
+    return LengthIndex.open(out)

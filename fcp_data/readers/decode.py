@@ -1,0 +1,93 @@
+"""Decode the frames a rule samples, resized as the model expects: uint8 (T, H, W, C).
+
+Only the collator calls this, for the sequences its replica owns. PyAV is the default backend
+(wheels for every platform, no known hangs); decord is available by name. Resizing is bicubic
+with antialias on float then rounded back to uint8, as qwen-vl-utils' `fetch_video` does with
+torchvision (we use torch.nn.functional.interpolate, same kernel family; values may differ by a
+few levels from PIL/torchvision because clamping happens at the end).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+
+from .rules_base import VisionTokenRule, VisionTokens
+
+__all__ = ["decode_frames", "decode_sample_video", "groups_for_token_range"]
+
+
+def _pyav_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
+    import av
+
+    wanted = sorted(set(indices))
+    got: dict[int, np.ndarray] = {}
+    with av.open(io.BytesIO(data)) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            if i in wanted:
+                got[i] = frame.to_ndarray(format="rgb24")
+            if i >= wanted[-1]:
+                break
+    if not got:
+        raise ValueError("video decoded no frames")
+    last = got[max(got)]
+    # A header that over-reports frames (decord#54) leaves trailing indices: repeat the last.
+    return [got.get(i, last) for i in indices]
+
+
+def _decord_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
+    import decord
+
+    vr = decord.VideoReader(io.BytesIO(data))
+    n = len(vr)
+    batch = vr.get_batch([min(i, n - 1) for i in indices]).asnumpy()
+    return list(batch)
+
+
+def decode_frames(data: bytes, indices: Sequence[int], resized: tuple[int, int], *,
+                  backend: Literal["pyav", "decord"] = "pyav") -> torch.Tensor:
+    """Frames `indices` of encoded video `data`, resized to (H, W): uint8 tensor (T, H, W, 3)."""
+    if not indices:
+        raise ValueError("no frame indices to decode")
+    if backend == "pyav":
+        frames = _pyav_frames(data, indices)
+    elif backend == "decord":
+        frames = _decord_frames(data, indices)
+    else:
+        raise ValueError(f"decode backend {backend!r}; allowed: 'pyav', 'decord'")
+    x = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float()
+    h, w = resized
+    if x.shape[-2:] != (h, w):
+        x = torch.nn.functional.interpolate(x, size=(h, w), mode="bicubic", antialias=True,
+                                            align_corners=False)
+    return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def groups_for_token_range(tokens: VisionTokens, start: int, stop: int) -> range:
+    """Temporal groups whose vision tokens intersect [start, stop) of the vision tokens.
+
+    A replica that owns only part of a long video's tokens decodes only these groups (each
+    group is `grid[1] * grid[2] / 4` tokens for Qwen, 256 per frame for InternVL).
+    """
+    groups = tokens.grid[0]
+    per = tokens.vision // groups if groups else 0
+    if per == 0 or stop <= start:
+        return range(0)
+    return range(max(0, start // per), min(groups, -(-stop // per)))
+
+
+def decode_sample_video(data: bytes, rule: VisionTokenRule, *, num_frames: int, fps: float,
+                        height: int, width: int, token_range: tuple[int, int] | None = None,
+                        backend: Literal["pyav", "decord"] = "pyav") -> torch.Tensor:
+    """The frames `rule` samples from a video (optionally only those covering `token_range`)."""
+    vt = rule.video(num_frames=num_frames, fps=fps, height=height, width=width)
+    indices = list(vt.frame_indices)
+    if token_range is not None:
+        per_group = len(indices) // max(1, vt.grid[0])
+        groups = groups_for_token_range(vt, *token_range)
+        indices = indices[groups.start * per_group:groups.stop * per_group]
+    return decode_frames(data, indices, vt.resized, backend=backend)

@@ -1,0 +1,79 @@
+"""Bad-input policy: skip and count, or raise; and a consecutive-failure fuse.
+
+A sample can be bad in many ways (truncated tar, an orphan member, a video that does not
+decode, a sidecar with 0 fps, empty text). With `on_error="skip"` each is recorded as
+(shard, key, reason) and the scan goes on; with "raise" the first one raises `SampleError`.
+Either way `max_consecutive_failures` bad samples in a row raise `TooManyFailures`: a shard
+directory full of corrupt files must not look like a small dataset (Megatron-Energon's
+failure_tolerance plays the same role, default 100).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+
+__all__ = ["ErrorPolicy", "FailureLog", "SampleError", "SkippedSample", "TooManyFailures"]
+
+
+class SampleError(ValueError):
+    """One bad sample; the message names the shard, key, bad value and the fix."""
+
+    def __init__(self, shard: str, key: str, reason: str) -> None:
+        super().__init__(f"{shard}: sample {key!r}: {reason}")
+        self.shard, self.key, self.reason = shard, key, reason
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return SampleError, (self.shard, self.key, self.reason)  # survives process pools
+
+
+class TooManyFailures(RuntimeError):
+    """Raised after `max_consecutive_failures` bad samples in a row."""
+
+
+class SkippedSample(msgspec.Struct, frozen=True, array_like=True):
+    shard: str
+    key: str
+    reason: str
+
+
+@dataclass(kw_only=True, slots=True)
+class ErrorPolicy:
+    """`on_error`: "skip" records and continues, "raise" stops at the first bad sample."""
+
+    on_error: Literal["raise", "skip"] = "skip"
+    max_consecutive_failures: int = 100
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error={self.on_error!r}; allowed: 'raise', 'skip'")
+        if self.max_consecutive_failures < 1:
+            raise ValueError(
+                f"max_consecutive_failures={self.max_consecutive_failures} must be >= 1")
+
+
+@dataclass(slots=True)
+class FailureLog:
+    """Applies an ErrorPolicy to a stream of outcomes; keeps the skipped list."""
+
+    policy: ErrorPolicy
+    skipped: list[SkippedSample] = field(default_factory=list)
+    consecutive: int = 0
+
+    def ok(self) -> None:
+        self.consecutive = 0
+
+    def fail(self, shard: str, key: str, reason: str) -> None:
+        """Record a bad sample; raise per policy or when the consecutive fuse blows."""
+        if self.policy.on_error == "raise":
+            raise SampleError(shard, key, reason)
+        self.skipped.append(SkippedSample(shard, key, reason))
+        self.consecutive += 1
+        if self.consecutive >= self.policy.max_consecutive_failures:
+            raise TooManyFailures(
+                f"{self.consecutive} consecutive bad samples (last: {shard}: {key!r}: {reason}); "
+                "the dataset looks broken. Fix the shards, or raise max_consecutive_failures "
+                f"(now {self.policy.max_consecutive_failures}) if this many bad samples in a row "
+                "is expected")

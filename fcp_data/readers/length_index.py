@@ -1,0 +1,224 @@
+"""`LengthIndex`: the memory-mapped length index the sampler and planner read.
+
+    index = LengthIndex.open("data/index", expect_rule="qwen2.5-vl")
+    seqlens, causal = index.seqlens, index.causal    # np.int64 / np.bool_ in sample order
+    members = index.read(i)                          # {"mp4": b"...", "json": b"..."}
+
+Opening checks the format version and each local shard's fingerprint (size plus three 1 MiB
+blocks), so an index whose shards were rewritten raises `StaleIndexError` instead of handing the
+planner wrong lengths. The object pickles as its path, so DataLoader workers reopen it cheaply.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+import numpy as np
+
+from .errors import SkippedSample
+from .index_format import FORMAT_VERSION, HEADER_NAME, SAMPLE_ARRAYS, IndexHeader
+from .scan import MODALITIES
+from .shards import is_seekable, shard_fingerprint
+
+__all__ = ["LengthIndex", "RuleMismatchError", "StaleIndexError"]
+
+MAX_OPEN_SHARDS = 32  # file handles kept by `read` (LRU)
+
+
+class StaleIndexError(RuntimeError):
+    """A shard changed (or vanished) since the index was built."""
+
+
+class RuleMismatchError(ValueError):
+    """The index was built under another vision rule than the caller expects."""
+
+
+class LengthIndex:
+    """Read-only view of an index directory; see the module docstring."""
+
+    def __init__(self, path: Path, header: IndexHeader, arrays: dict[str, np.ndarray]) -> None:
+        self.path, self.header = path, header
+        self._a = arrays
+        self._files: OrderedDict[int, IO[bytes]] = OrderedDict()
+        self.shard_urls = [u.url if not is_seekable(u.url) else str((path / u.url).resolve())
+                           for u in header.shards]
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, verify: bool = True,
+             expect_rule: str | dict[str, Any] | None = None) -> LengthIndex:
+        """Open memory-mapped; `verify` re-fingerprints shards; `expect_rule` is a rule name or
+        a full `rule.settings()` dict that must match the one the index was built with."""
+        path = Path(path)
+        head = path / HEADER_NAME
+        if not head.is_file():
+            raise FileNotFoundError(f"{path} is not a length index (no {HEADER_NAME}); "
+                                    "build one with `fcp index SHARDS -o INDEX`")
+        raw = msgspec.json.decode(head.read_bytes())
+        version = raw.get("format_version") if isinstance(raw, dict) else None
+        if version != FORMAT_VERSION:
+            raise StaleIndexError(f"{path}: index format {version}, this fcp reads "
+                                  f"{FORMAT_VERSION}; rebuild it with `fcp index`")
+        header = msgspec.convert(raw, IndexHeader)
+        names = ["keys", "member_ext", "member_offset", "member_size", *SAMPLE_ARRAYS]
+        arrays = {n: np.load(path / f"{n}.npy", mmap_mode="r") for n in names}
+        index = cls(path, header, arrays)
+        if expect_rule is not None:
+            index.check_rule(expect_rule)
+        if verify:
+            index.verify()
+        return index
+
+    def verify(self) -> None:
+        """Raise StaleIndexError if a local shard's fingerprint differs from the header's."""
+        for entry, url in zip(self.header.shards, self.shard_urls):
+            if not is_seekable(url):
+                continue
+            if not os.path.exists(url):
+                raise StaleIndexError(f"shard {url} of index {self.path} is missing; restore it "
+                                      "or rebuild the index with `fcp index`")
+            if shard_fingerprint(url) != entry.fingerprint:
+                raise StaleIndexError(f"shard {url} changed since index {self.path} was built; "
+                                      "rebuild it with `fcp index`")
+
+    def check_rule(self, expect: str | dict[str, Any]) -> None:
+        built = self.header.rule
+        if isinstance(expect, str):
+            ok = built.get("name") == expect
+        else:
+            ok = msgspec.json.encode(dict(sorted(expect.items()))) == \
+                msgspec.json.encode(dict(sorted(built.items())))
+        if not ok:
+            raise RuleMismatchError(
+                f"index {self.path} was built with vision rule {built}, not {expect}; rebuild "
+                "with `fcp index --vision-rule NAME` or load with the matching rule")
+
+    # -- arrays in sample order ------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self._a["seqlens"].shape[0])
+
+    @property
+    def keys(self) -> np.ndarray:
+        """Sample keys (unicode array)."""
+        return self._a["keys"]
+
+    @property
+    def text_tokens(self) -> np.ndarray:
+        """Text tokens (captions for media)."""
+        return self._a["text_tokens"]
+
+    @property
+    def vision_tokens(self) -> np.ndarray:
+        """Vision placeholder tokens."""
+        return self._a["vision_tokens"]
+
+    @property
+    def special_tokens(self) -> np.ndarray:
+        """Template tokens (markers, timestamps, BOS/EOS)."""
+        return self._a["special_tokens"]
+
+    @property
+    def seqlens(self) -> np.ndarray:
+        """text + vision + special tokens: the planner's input."""
+        return self._a["seqlens"]
+
+    @property
+    def causal(self) -> np.ndarray:
+        """Attention kind per sample: True causal, False full."""
+        return self._a["causal"]
+
+    @property
+    def shard(self) -> np.ndarray:
+        """Shard number of each sample (see `shard_urls`)."""
+        return self._a["shard"]
+
+    @property
+    def modality(self) -> np.ndarray:
+        """0 text, 1 video, 2 image (`MODALITIES`)."""
+        return self._a["modality"]
+
+    @property
+    def num_frames(self) -> np.ndarray:
+        """Source frame count (0 for non-video)."""
+        return self._a["num_frames"]
+
+    @property
+    def fps(self) -> np.ndarray:
+        """Source fps (0 for non-video)."""
+        return self._a["fps"]
+
+    @property
+    def width(self) -> np.ndarray:
+        """Source width in pixels (0 for text)."""
+        return self._a["width"]
+
+    @property
+    def height(self) -> np.ndarray:
+        """Source height in pixels (0 for text)."""
+        return self._a["height"]
+
+    @property
+    def skipped(self) -> list[SkippedSample]:
+        """(shard, key, reason) of every sample left out of the index."""
+        return list(self.header.skipped)
+
+    def modality_name(self, i: int) -> str:
+        return MODALITIES[int(self._a["modality"][i])]
+
+    def members(self, i: int) -> dict[str, tuple[int, int]]:
+        """{ext: (data offset, size)} of sample i in its shard."""
+        s = int(self._a["member_start"][i])
+        e = s + int(self._a["member_count"][i])
+        return {str(x): (int(o), int(z)) for x, o, z in zip(
+            self._a["member_ext"][s:e], self._a["member_offset"][s:e], self._a["member_size"][s:e])}
+
+    def shard_url(self, i: int) -> str:
+        return self.shard_urls[int(self._a["shard"][i])]
+
+    # -- payload ---------------------------------------------------------------------------
+    def read(self, i: int, exts: list[str] | None = None) -> dict[str, bytes]:
+        """Sample i's members (all, or `exts`) by seeking to their tar offsets."""
+        if not 0 <= i < len(self):
+            raise IndexError(f"sample {i} out of range for an index of {len(self)} samples")
+        shard = int(self._a["shard"][i])
+        url = self.shard_urls[shard]
+        if not is_seekable(url):
+            raise ValueError(f"sample {i} lives in {url!r}, a pipe; random access needs a local "
+                             "file: copy the shards locally and re-index, or stream them")
+        f = self._files.get(shard)
+        if f is None:
+            f = open(url, "rb")  # noqa: SIM115 - cached, closed by close()
+            self._files[shard] = f
+            if len(self._files) > MAX_OPEN_SHARDS:
+                self._files.popitem(last=False)[1].close()
+        else:
+            self._files.move_to_end(shard)
+        out: dict[str, bytes] = {}
+        for ext, (offset, size) in self.members(i).items():
+            if exts is not None and ext not in exts:
+                continue
+            f.seek(offset)
+            data = f.read(size)
+            if len(data) != size:
+                raise StaleIndexError(f"{url}: sample {i} member .{ext} truncated; the shard "
+                                      "changed since indexing, rebuild with `fcp index`")
+            out[ext] = data
+        return out
+
+    def close(self) -> None:
+        while self._files:
+            self._files.popitem()[1].close()
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _reopen, (str(self.path),)
+
+    def __repr__(self) -> str:
+        return (f"LengthIndex({str(self.path)!r}, samples={len(self)}, "
+                f"rule={self.header.rule.get('name')!r}, skipped={len(self.header.skipped)})")
+
+
+def _reopen(path: str) -> LengthIndex:
+    return LengthIndex.open(path, verify=False)

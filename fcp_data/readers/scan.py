@@ -1,0 +1,220 @@
+"""Turn raw tar samples into metadata records: modality, token counts, member offsets.
+
+This is the one place that decides what a sample is. Video (`.mp4/.mkv/.webm/.mov/.avi`) wins
+over image (`.jpg/.jpeg/.png/.webp`), which wins over text (`.txt`, `.json` text field,
+`.npy` token ids). A video's `.json` is its sidecar; its caption is `.txt` or the sidecar's
+`caption_field`. Only text, json, npy and image members are read while scanning; video bytes are
+read only when there is no sidecar and the video must be probed.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .errors import ErrorPolicy, FailureLog
+from .media_meta import VideoMeta, image_size, parse_sidecar
+from .probe import Prober, ProbeTimeout
+from .rules import get_rule
+from .rules_base import VisionTokenRule
+from .shards import BadMember, RawSample, is_seekable, iter_raw_samples, read_members
+from .text import RatioCounter, TokenCounter, load_counter
+
+__all__ = [
+    "IMAGE_EXTS",
+    "MODALITIES",
+    "TEXT_EXTS",
+    "VIDEO_EXTS",
+    "SampleRecord",
+    "ScanConfig",
+    "Scanner",
+]
+
+VIDEO_EXTS = ("mp4", "mkv", "webm", "mov", "avi")
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+TEXT_EXTS = ("txt", "json", "npy")
+MODALITIES = ("text", "video", "image")  # index code = position
+
+
+class ScanConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything that changes a count; stored in the index header and compared on open.
+
+    `text_special_tokens` = 1: one BOS/EOS-style document separator per sample, as Megatron's
+    pretraining appends an EOD token. `video_causal`: MLLMs (Qwen-VL, InternVL) run their LLM
+    with causal attention over text and vision tokens alike, so video and images default to
+    causal; set False for full-attention video models (the planner then costs 2x attention).
+    """
+
+    vision_rule: str = "qwen2.5-vl"
+    rule_overrides: dict[str, Any] = {}
+    tokenizer: str = "bytes:4"
+    text_field: str = "text"
+    caption_field: str = "caption"
+    text_special_tokens: int = 1
+    video_causal: bool = True
+    image_causal: bool = True
+    probe_backend: str = "auto"
+    probe_timeout_s: float = 20.0
+    on_error: str = "skip"
+    max_consecutive_failures: int = 100
+
+
+class SampleRecord(msgspec.Struct, kw_only=True):
+    """Metadata of one sample; `members[ext] = (offset, size)` in shard `url`."""
+
+    key: str
+    url: str
+    modality: int
+    text_tokens: int
+    vision_tokens: int
+    special_tokens: int
+    causal: bool
+    members: dict[str, tuple[int, int]]
+    num_frames: int = 0
+    fps: float = 0.0
+    width: int = 0
+    height: int = 0
+    payload: dict[str, bytes] | None = None  # kept only for unseekable (pipe) shards
+
+    @property
+    def seqlen(self) -> int:
+        return self.text_tokens + self.vision_tokens + self.special_tokens
+
+    def fetch(self, exts: list[str] | None = None) -> dict[str, bytes]:
+        """The sample's member bytes (all, or `exts`), read by seeking into the shard."""
+        if self.payload is not None:
+            return {k: v for k, v in self.payload.items() if exts is None or k in exts}
+        return read_members(self.url, self.members, exts)
+
+
+def _load_ext(ext: str) -> bool:
+    return ext in TEXT_EXTS or ext in IMAGE_EXTS
+
+
+class Scanner:
+    """Scans shards under a ScanConfig; `counter` overrides the config's tokenizer spec."""
+
+    def __init__(self, config: ScanConfig, counter: TokenCounter | None = None,
+                 rule: VisionTokenRule | None = None) -> None:
+        self.config = config
+        self.counter = counter or load_counter(config.tokenizer)
+        # A real tokenizer also counts template text (Qwen3-VL timestamps, InternVL frame
+        # labels); a bytes ratio is too coarse for 6-token strings, so the rule's default stays.
+        exact = None if isinstance(self.counter, RatioCounter) else self.counter
+        self.rule = rule or get_rule(config.vision_rule, text_counter=exact,
+                                     **config.rule_overrides)
+        self.log = FailureLog(ErrorPolicy(on_error=config.on_error,  # type: ignore[arg-type]
+                                          max_consecutive_failures=config.max_consecutive_failures))
+        self._prober: Prober | None = None
+
+    def close(self) -> None:
+        if self._prober is not None:
+            self._prober.close()
+            self._prober = None
+
+    def __enter__(self) -> Scanner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def scan(self, url: str) -> Iterator[SampleRecord]:
+        """Records of one shard in order; bad samples go through the failure policy."""
+        for raw in iter_raw_samples(url, _load_ext):
+            if isinstance(raw, BadMember):
+                self.log.fail(url, raw.key, raw.reason)
+                continue
+            try:
+                record = self.record(url, raw)
+            except (ValueError, ProbeTimeout) as exc:
+                self.log.fail(url, raw.key, str(exc))
+                continue
+            self.log.ok()
+            yield record
+
+    def _text(self, data: bytes, what: str) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{what} is not UTF-8 ({exc}); re-encode it") from exc
+
+    def _json(self, data: bytes) -> dict[str, Any]:
+        try:
+            obj = msgspec.json.decode(data)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f".json is not valid JSON ({exc})") from exc
+        if not isinstance(obj, dict):
+            raise ValueError(f".json must be an object, got {type(obj).__name__}")
+        return obj
+
+    def _caption(self, raw: RawSample, fields: dict[str, Any] | None) -> int:
+        if "txt" in raw.payload:
+            return self.counter(self._text(raw.payload["txt"], ".txt caption"))
+        if fields is not None and isinstance(fields.get(self.config.caption_field), str):
+            return self.counter(fields[self.config.caption_field])
+        return 0
+
+    def _video_meta(self, url: str, raw: RawSample, vext: str) -> VideoMeta:
+        if "json" in raw.payload:
+            meta, _ = parse_sidecar(raw.payload["json"])
+            return meta
+        data = raw.payload.get(vext)
+        if data is None:
+            data = read_members(url, raw.members, [vext])[vext]
+        if self._prober is None:
+            self._prober = Prober(self.config.probe_backend,  # type: ignore[arg-type]
+                                  self.config.probe_timeout_s)
+        return self._prober.probe(data)
+
+    def record(self, url: str, raw: RawSample) -> SampleRecord:
+        """One raw sample to a record; ValueError says why the sample is unusable."""
+        c, exts = self.config, raw.members
+        keep = raw.payload if not is_seekable(url) else None
+        common = {"key": raw.key, "url": url, "members": dict(raw.members), "payload": keep}
+        vext = next((e for e in VIDEO_EXTS if e in exts), None)
+        if vext is not None:
+            meta = self._video_meta(url, raw, vext)
+            fields = self._json(raw.payload["json"]) if "json" in raw.payload else None
+            vt = self.rule.video(num_frames=meta.num_frames, fps=meta.fps, height=meta.height,
+                                 width=meta.width)
+            return SampleRecord(modality=1, text_tokens=self._caption(raw, fields),
+                                vision_tokens=vt.vision, special_tokens=vt.special,
+                                causal=c.video_causal, num_frames=meta.num_frames, fps=meta.fps,
+                                width=meta.width, height=meta.height, **common)
+        iext = next((e for e in IMAGE_EXTS if e in exts), None)
+        if iext is not None:
+            height, width = image_size(raw.payload[iext])
+            fields = self._json(raw.payload["json"]) if "json" in raw.payload else None
+            vt = self.rule.image(height=height, width=width)
+            return SampleRecord(modality=2, text_tokens=self._caption(raw, fields),
+                                vision_tokens=vt.vision, special_tokens=vt.special,
+                                causal=c.image_causal, width=width, height=height, **common)
+        if "npy" in exts:
+            try:
+                ids = np.load(io.BytesIO(raw.payload["npy"]), allow_pickle=False)
+            except (ValueError, OSError, EOFError) as exc:
+                raise ValueError(f".npy token ids do not load ({exc})") from exc
+            if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+                raise ValueError(f".npy token ids must be a 1-D integer array, got "
+                                 f"{ids.dtype} with shape {ids.shape}")
+            n = int(ids.shape[0])
+        elif "txt" in exts:
+            n = self.counter(self._text(raw.payload["txt"], ".txt"))
+        elif "json" in exts:
+            fields = self._json(raw.payload["json"])
+            text = fields.get(c.text_field)
+            if not isinstance(text, str):
+                raise ValueError(f".json has no string field {c.text_field!r} (fields: "
+                                 f"{sorted(fields)[:8]}); set text_field / --text-field")
+            n = self.counter(text)
+        else:
+            raise ValueError(f"no payload: members {sorted(exts)} include no text "
+                             f"({', '.join(TEXT_EXTS)}), image or video")
+        if n == 0:
+            raise ValueError("empty text (0 tokens); drop the sample from the shard")
+        return SampleRecord(modality=0, text_tokens=n, vision_tokens=0,
+                            special_tokens=c.text_special_tokens, causal=True, **common)

@@ -1,0 +1,155 @@
+"""The length index against webdataset's own reading of the same real shards."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import webdataset as wds
+
+from fcp_data.cli import main
+from fcp_data.readers.build import build_index
+from fcp_data.readers.length_index import LengthIndex, RuleMismatchError, StaleIndexError
+from fcp_data.readers.scan import ScanConfig
+from fcp_data.readers.text import CallableCounter
+
+
+def _wds_samples(paths: list[Path]) -> list[dict]:
+    ds = wds.WebDataset([str(p) for p in paths], shardshuffle=False)
+    return list(ds)
+
+
+def test_index_matches_webdataset_order_and_bytes(built_index: LengthIndex,
+                                                  shard_paths: list[Path],
+                                                  counts: dict[str, int]) -> None:
+    N_TEXT, N_VIDEO = counts["text"], counts["video"]
+    ref = _wds_samples(shard_paths)
+    assert len(built_index) == len(ref) == N_TEXT + N_VIDEO
+    assert list(built_index.keys) == [s["__key__"] for s in ref]
+    for i in (0, 5, 17, N_TEXT - 1, N_TEXT, len(ref) - 1):
+        got = built_index.read(i)
+        want = {k: v for k, v in ref[i].items() if not k.startswith("__")}
+        assert got == want and got  # same members, same bytes, not empty
+
+
+def test_seqlens_are_sums_and_dtypes(built_index: LengthIndex, counts: dict[str, int]) -> None:
+    N_TEXT, N_VIDEO = counts["text"], counts["video"]
+    idx = built_index
+    assert idx.seqlens.dtype == np.int64 and idx.causal.dtype == np.bool_
+    assert np.array_equal(idx.seqlens, idx.text_tokens + idx.vision_tokens + idx.special_tokens)
+    text = idx.modality == 0
+    assert text.sum() == N_TEXT and (idx.modality == 1).sum() == N_VIDEO
+    assert (idx.vision_tokens[text] == 0).all() and (idx.vision_tokens[~text] > 0).all()
+    assert (idx.text_tokens[~text] > 0).all()  # captions counted
+    assert idx.causal.all()  # default: causal for text and video
+    # text token counts follow the documented ratio: ceil(bytes / 4)
+    for i in np.flatnonzero(text)[:10]:
+        payload = idx.read(int(i))
+        body = payload["txt"].decode() if "txt" in payload else None
+        if body is not None:
+            assert idx.text_tokens[i] == -(-len(body.encode()) // 4)
+    # long-tailed: the stdlib corpus spans more than an order of magnitude
+    assert idx.text_tokens[text].max() > 10 * idx.text_tokens[text].min()
+
+
+def test_video_metadata_from_sidecar_or_probe_agree_with_truth(built_index: LengthIndex) -> None:
+    import av
+
+    idx = built_index
+    vids = np.flatnonzero(idx.modality == 1)
+    with_sidecar = 0
+    for i in vids:
+        members = idx.read(int(i))
+        with_sidecar += "json" in members
+        with av.open(io.BytesIO(members["mp4"])) as c:
+            frames = list(c.decode(video=0))
+        assert idx.num_frames[i] == len(frames)
+        assert (idx.height[i], idx.width[i]) == (frames[0].height, frames[0].width)
+    assert 0 < with_sidecar < len(vids)  # both paths exercised
+
+
+def test_header_pickle_and_rule_check(built_index: LengthIndex) -> None:
+    idx = built_index
+    assert idx.header.rule["name"] == "qwen2.5-vl" and idx.header.tokenizer == "bytes:4"
+    assert all(s.fingerprint for s in idx.header.shards)
+    again = pickle.loads(pickle.dumps(idx))
+    assert np.array_equal(again.seqlens, idx.seqlens)
+    LengthIndex.open(idx.path, expect_rule="qwen2.5-vl")
+    with pytest.raises(RuleMismatchError, match="qwen3-vl"):
+        LengthIndex.open(idx.path, expect_rule="qwen3-vl")
+    with pytest.raises(IndexError):
+        idx.read(len(idx))
+
+
+def test_memory_mapped(built_index: LengthIndex) -> None:
+    assert isinstance(built_index.seqlens, np.memmap)
+
+
+def test_stale_shard_detected(shard_paths: list[Path], tmp_path: Path) -> None:
+    copy = tmp_path / "shard.tar"
+    shutil.copy(shard_paths[0], copy)
+    idx = build_index([str(copy)], tmp_path / "idx")
+    assert len(idx) == 16
+    data = bytearray(copy.read_bytes())
+    data[700] ^= 0xFF  # flip one byte inside the first member's data
+    copy.write_bytes(bytes(data))
+    with pytest.raises(StaleIndexError, match="changed"):
+        LengthIndex.open(tmp_path / "idx")
+    copy.unlink()
+    with pytest.raises(StaleIndexError, match="missing"):
+        LengthIndex.open(tmp_path / "idx")
+
+
+def test_index_is_movable_with_its_shards(shard_paths: list[Path], tmp_path: Path) -> None:
+    root = tmp_path / "a"
+    root.mkdir()
+    shutil.copy(shard_paths[0], root / "s.tar")
+    build_index(str(root / "s.tar"), root / "idx")
+    shutil.move(str(root), str(tmp_path / "b"))
+    moved = LengthIndex.open(tmp_path / "b" / "idx")
+    assert moved.read(0)
+
+
+def test_callable_tokenizer_and_workers(shard_paths: list[Path], tmp_path: Path) -> None:
+    counter = CallableCounter(str.split, spec="whitespace")
+    one = build_index([str(p) for p in shard_paths], tmp_path / "one", counter=counter)
+    two = build_index([str(p) for p in shard_paths], tmp_path / "two", counter=counter, workers=2)
+    assert one.header.tokenizer == "whitespace"
+    assert np.array_equal(one.seqlens, two.seqlens) and list(one.keys) == list(two.keys)
+    body = one.read(0).get("txt")
+    if body is not None:
+        assert one.text_tokens[0] == len(body.decode().split())
+
+
+def test_cli_index_full_attention_and_internvl(shard_dir: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str],
+                                               counts: dict[str, int]) -> None:
+    N_TEXT, N_VIDEO = counts["text"], counts["video"]
+    out = tmp_path / "cli_idx"
+    rc = main(["index", str(shard_dir / "text-{000000..000002}.tar"),
+               str(shard_dir / "video-*.tar"), "-o", str(out), "--vision-rule", "internvl",
+               "--rule-option", "num_frames=4", "--video-attention", "full"])
+    assert rc == 0
+    idx = LengthIndex.open(out, expect_rule="internvl")
+    assert len(idx) == N_TEXT + N_VIDEO
+    vids = idx.modality == 1
+    assert (idx.vision_tokens[vids] == 4 * 256).all()
+    assert not idx.causal[vids].any() and idx.causal[~vids].all()
+    assert "52 samples" in capsys.readouterr().out
+
+
+def test_cli_bad_spec_is_a_clean_error(tmp_path: Path) -> None:
+    assert main(["index", str(tmp_path / "nope-{0..2}.tar"), "-o", str(tmp_path / "x")]) == 2
+
+
+def test_open_non_index_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="fcp index"):
+        LengthIndex.open(tmp_path)
+
+
+def test_scan_config_round_trips_in_header(built_index: LengthIndex) -> None:
+    assert built_index.header.scan == ScanConfig()
