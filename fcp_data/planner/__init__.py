@@ -4,17 +4,32 @@ The planner is pure: rank, replica and world size are arguments, never read from
 environment, so every replica computes the same plan from the same lengths.
 """
 
+from .api import STRATEGIES, plan_global_batch
 from .cluster import Cluster
 from .cost import CostModel, padded_length
+from .generators import PROFILES, generate_lengths
 from .plan import CPGroup, Plan, RankPlan, Wave, structure_digest
+from .presets import DEVICES, MODELS, DeviceSpec, ModelSpec
+from .simulate import Score, lower_bound_of, score_plan
 
 __all__ = [
+    "DEVICES",
+    "MODELS",
+    "PROFILES",
+    "STRATEGIES",
     "CPGroup",
     "Cluster",
     "CostModel",
+    "DeviceSpec",
+    "ModelSpec",
     "Plan",
     "RankPlan",
+    "Score",
     "Wave",
+    "generate_lengths",
+    "lower_bound_of",
     "padded_length",
+    "plan_global_batch",
+    "score_plan",
     "structure_digest",
 ]

@@ -1,0 +1,138 @@
+"""`plan_global_batch`: the planner's one entry point.
+
+Strategies:
+- "fcp" (default): several candidates, the best predicted one kept — the paper's waves with BFD
+  + 2D-DP, mixed-degree lanes (dual approximation, two settings), moldable list scheduling, and
+  the best static-balanced plan, so fcp is never worse than static-balanced under its own model.
+- "paper", "lanes", "moldable": one candidate family alone (for study).
+- "static": Megatron-LM's static CP; "static-balanced": one fixed degree, sequences dealt by
+  predicted time; "pow2": the fcp planner restricted to power-of-two degrees (DeepSpeed-Ulysses /
+  FlexSP space); "megatron-hybrid": megatron-core's BalancedCPScheduler (needs megatron-core).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .baselines import megatron_hybrid, static_megatron
+from .cluster import Cluster
+from .cost import CostModel
+from .lanes import lane_candidates, static_balanced
+from .moldable import moldable_schedule
+from .paper import paper_schedule
+from .plan import Plan
+from .problem import Problem, Schedule, lower_bound
+
+__all__ = ["STRATEGIES", "plan_global_batch"]
+
+STRATEGIES = (
+    "fcp",
+    "paper",
+    "lanes",
+    "moldable",
+    "static",
+    "static-balanced",
+    "pow2",
+    "megatron-hybrid",
+)
+ON_TOO_LONG = ("raise", "drop")
+
+
+def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule]:
+    """Sequences that need more than N/2 (or N/4) replicas first, when everyone is free, placed
+    by moldable list scheduling; the rest in lanes that start as replicas leave the prologue.
+
+    A group that spans most of the cluster cannot share it with lanes; run later it would wait
+    for the slowest lane. Running such groups first costs no waiting at all.
+    """
+    out: list[Schedule] = []
+    seen: set[int] = set()
+    for frac in (2, 4):
+        wide = prob.dmin[units] > prob.n // frac
+        count = int(wide.sum())
+        if count == 0 or count == units.size or count in seen:
+            continue
+        seen.add(count)
+        pro = moldable_schedule(prob, units[wide])
+        if pro is not None:
+            out += lane_candidates(prob, lower, units[~wide], prologue=pro, credits=(0.8,))
+    return out
+
+
+def _fcp_family(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule | None]:
+    return [
+        paper_schedule(prob, units),
+        *lane_candidates(prob, lower, units),
+        *_prologue_lanes(prob, lower, units),
+        moldable_schedule(prob, units),
+        static_balanced(prob, units),
+    ]
+
+
+_FAMILIES: dict[str, Callable[[Problem, float, np.ndarray], list[Schedule | None]]] = {
+    "fcp": _fcp_family,
+    "pow2": _fcp_family,
+    "paper": lambda p, lb, u: [paper_schedule(p, u)],
+    "lanes": lambda p, lb, u: list(lane_candidates(p, lb, u)),
+    "moldable": lambda p, lb, u: [moldable_schedule(p, u)],
+    "static": lambda p, lb, u: [static_megatron(p, u)],
+    "static-balanced": lambda p, lb, u: [static_balanced(p, u)],
+    "megatron-hybrid": lambda p, lb, u: [megatron_hybrid(p, u)],
+}
+
+
+def plan_global_batch(
+    seqlens: Sequence[int] | np.ndarray,
+    cluster: Cluster,
+    cost: CostModel,
+    *,
+    causal: bool | Sequence[bool] | np.ndarray = True,
+    strategy: str = "fcp",
+    seed: int = 0,
+    on_too_long: str = "raise",
+) -> Plan:
+    """Plan one global batch: which CP groups, at which degrees, run which sequences, when.
+
+    Pure and deterministic: the same lengths, cluster, cost model, strategy and seed give the
+    same plan (same digest) in every process. `seed` only orders sequences of equal cost.
+    A sequence that cannot fit even on all N replicas raises (`on_too_long="raise"`) or is left
+    out and listed in `Plan.dropped` (`"drop"`).
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
+    if on_too_long not in ON_TOO_LONG:
+        raise ValueError(f"on_too_long={on_too_long!r} is not one of {ON_TOO_LONG}")
+    prob = Problem.build(seqlens, cluster, cost, causal=causal, pow2=strategy == "pow2", seed=seed)
+    too_long = np.flatnonzero(prob.dmin == 0)
+    if too_long.size and on_too_long == "raise":
+        shown = too_long[:5].tolist()
+        raise ValueError(
+            f"{too_long.size} sequence(s) cannot fit even on all {prob.n} replicas of "
+            f"{prob.cap} tokens each (ids {shown}, lengths {prob.lens[shown].tolist()}; the "
+            f"cluster holds at most {prob.n * prob.cap} tokens per sequence{' at power-of-two degrees' if strategy == 'pow2' else ''}): "
+            "raise tokens_per_replica / memory_bytes, add replicas, truncate such samples, or "
+            "pass on_too_long='drop' to leave them out and count them in Plan.dropped"
+        )
+    keep = prob.dmin > 0
+    units = prob.order[keep[prob.order]]
+    dropped = tuple(int(i) for i in too_long)
+    if units.size == 0:
+        raise ValueError(
+            f"all {prob.lens.size} sequences are too long for {prob.n} replicas of {prob.cap} "
+            "tokens: nothing left to plan"
+        )
+    lower = lower_bound(prob, np.flatnonzero(keep))
+    found = [s for s in _FAMILIES[strategy](prob, lower, units) if s is not None]
+    if not found:
+        raise ValueError(
+            f"strategy={strategy!r} found no feasible plan for {units.size} sequences on "
+            f"{prob.n} replicas (e.g. 'static' needs a degree dividing N that holds the "
+            "longest sequence); try strategy='fcp'"
+        )
+    best = min(found, key=lambda s: s.makespan)  # first of equals: candidate order breaks ties
+    candidates = {s.name: s.makespan for s in found}
+    return best.to_plan(
+        prob, strategy=strategy, candidates=candidates, lower=lower, dropped=dropped
+    )

@@ -1,0 +1,108 @@
+"""Baselines scored by the same simulator as fcp.
+
+- `static_megatron`: context parallelism as Megatron-LM runs it. One CP degree for the whole
+  run; it must divide N (world = DP × CP) and hold the longest sequence; sequences are packed in
+  data order (next fit) into micro-batches of up to d × tokens_per_replica tokens, dealt
+  round-robin to the N/d CP groups so every group runs the same number of micro-batches (±1).
+  The best such degree under the cost model is used.
+- `megatron_hybrid`: megatron-core's own hybrid-CP scheduler (`BalancedCPScheduler` in
+  megatron/core/pipeline_parallel/hybrid_cp_schedule.py) turned into a plan: each sample is its
+  own micro-batch on a power-of-two CP group, and every scheduler "group" ends with a barrier
+  over the DP×CP domain, as its forward-backward loop does.
+- static-balanced lives in `lanes.py`, pow2 is the fcp planner with power-of-two degrees.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import pack_local
+from .problem import Problem, Schedule
+
+__all__ = ["megatron_hybrid", "static_megatron"]
+
+
+def _next_fit(lens: np.ndarray, ids: np.ndarray, d: int, cap: int) -> list[np.ndarray]:
+    local = np.array([pack_local(int(s), d) for s in lens[ids]], dtype=np.int64)
+    out: list[np.ndarray] = []
+    start, used = 0, 0
+    for j, loc in enumerate(local):
+        if used + loc > cap and j > start:
+            out.append(ids[start:j])
+            start, used = j, 0
+        used += int(loc)
+    out.append(ids[start:])
+    return out
+
+
+def static_megatron(prob: Problem, units: np.ndarray | None = None) -> Schedule | None:
+    ids = np.sort(prob.order if units is None else units)  # data order
+    lo = int(prob.dmin[ids].max())
+    best: Schedule | None = None
+    for d in range(max(1, lo), prob.n + 1):
+        if prob.n % d or not prob.allowed[d]:
+            continue
+        mbs = _next_fit(prob.lens, ids, d, prob.cap)
+        groups = prob.n // d
+        starts = np.array([(j % groups) * d for j in range(len(mbs))], np.int64)
+        sch = Schedule(
+            name=f"static(d={d})", starts=starts, degs=np.full(len(mbs), d, np.int64), members=mbs
+        ).score(prob)
+        if best is None or sch.makespan < best.makespan:
+            best = sch
+    return best
+
+
+class _DomainSize:
+    """The one thing BalancedCPScheduler asks of its DP×CP process group: its size."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def size(self) -> int:
+        return self._n
+
+
+def megatron_hybrid(prob: Problem, units: np.ndarray | None = None) -> Schedule:
+    try:
+        from megatron.core.pipeline_parallel.hybrid_cp_schedule import BalancedCPScheduler
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ValueError(
+            "strategy='megatron-hybrid' needs megatron-core: pip install 'fcp[megatron]'"
+        ) from exc
+    ids = prob.order if units is None else units
+    sched = BalancedCPScheduler(max_seq_len_per_rank=prob.cap, dp_cp_group=_DomainSize(prob.n))
+    pairs = [(int(i), int(prob.lens[i])) for i in ids]
+    _, sample_id_groups = sched.get_groups_and_subsamples(pairs, None)
+    members: list[np.ndarray] = []
+    reps: list[np.ndarray] = []
+    barrier: list[bool] = []
+    for phase in sample_id_groups:
+        per_gpu = [list(x) for x in phase] + [[] for _ in range(prob.n - len(phase))]
+        owners: dict[int, list[int]] = {}
+        for gpu, lst in enumerate(per_gpu):
+            for sid in lst:
+                owners.setdefault(int(sid), []).append(gpu)
+        emitted: set[int] = set()
+        depth = max((len(x) for x in per_gpu), default=0)
+        for k in range(depth):
+            for lst in per_gpu:
+                if k < len(lst) and int(lst[k]) not in emitted:
+                    sid = int(lst[k])
+                    emitted.add(sid)
+                    members.append(np.array([sid], np.int64))
+                    reps.append(np.array(sorted(owners[sid]), np.int64))
+                    barrier.append(False)
+        if barrier:
+            barrier[-1] = True
+    got = np.sort(np.concatenate(members)) if members else np.zeros(0, np.int64)
+    if not np.array_equal(got, np.sort(ids)):
+        raise RuntimeError("megatron-core's BalancedCPScheduler lost or duplicated samples")
+    return Schedule(
+        name="megatron-hybrid",
+        starts=np.array([r[0] for r in reps], np.int64),
+        degs=np.array([r.size for r in reps], np.int64),
+        members=members,
+        barrier_after=barrier,
+        replica_sets=reps,
+    ).score(prob)

@@ -1,0 +1,482 @@
+"""Compiled inner loops of the planner (numba, cache=True).
+
+Every kernel works on plain arrays: per-unit aggregates `att` (Σα1(1+η)s²), `lin` (Σα2 s +
+vision), `comm` (Σα3 s), a per-unit minimum degree `dmin`, and `p`, the packed cost parameters
+[beta1, beta2, intra-node bandwidth, inter-node bandwidth]. `allowed[d]` says whether degree d
+may be used (all True for fcp, powers of two for the pow2 baseline). Windows of replicas are
+contiguous: (start, degree).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+__all__ = [
+    "bfd_pack",
+    "compact_windows",
+    "lanes_for_target",
+    "pack_lanes",
+    "refine_moves",
+    "unit_lane_time",
+    "critical_path",
+    "deal_lpt",
+    "dp_degrees",
+    "group_time",
+    "list_schedule",
+    "pack_local",
+]
+
+INF = 1e300
+
+
+@nb.njit(cache=True)
+def group_time(att: float, lin: float, comm: float, d: int, inter: bool, speed: float, p) -> float:
+    """T(G, d) of cost.py: L + max(A, C) + β1, compute scaled by the slowest member's speed."""
+    a = att / d / speed
+    c = 0.0
+    if d > 1:
+        bw = p[3] if inter else p[2]
+        c = (d - 1) / d * comm / bw + p[1] * (d - 1)
+    return lin / d / speed + max(a, c) + p[0] / speed
+
+
+@nb.njit(cache=True)
+def pack_local(s: int, d: int) -> int:
+    """Tokens of a length-s sequence held by one member of a degree-d group (zigzag padding)."""
+    if d <= 1:
+        return s
+    return ((s + 2 * d - 1) // (2 * d)) * 2
+
+
+@nb.njit(cache=True)
+def bfd_pack(lens, order, cap: int, dmin_single, fixed_degree: int):
+    """Best-Fit-Decreasing of Stage 1: sequences (visited in `order`, longest first) into bins.
+
+    A sequence that fits no open bin opens one at its own minimum degree (or `fixed_degree`
+    when > 0), whose memory is d × cap; later (shorter) sequences best-fit into the headroom,
+    measured in padded per-replica tokens at the bin's degree. Returns (bin of each sequence,
+    degree of each bin, number of bins).
+    """
+    k = order.shape[0]
+    bin_of = np.empty(lens.shape[0], np.int64)
+    bin_d = np.empty(k, np.int64)
+    bin_used = np.empty(k, np.int64)
+    nbins = 0
+    for t in range(k):
+        i = order[t]
+        s = lens[i]
+        best = -1
+        best_rem = cap + 1
+        for b in range(nbins):
+            rem = cap - bin_used[b] - pack_local(s, bin_d[b])
+            if rem >= 0 and rem < best_rem:
+                best = b
+                best_rem = rem
+        if best >= 0:
+            bin_used[best] += pack_local(s, bin_d[best])
+            bin_of[i] = best
+        else:
+            d = fixed_degree if fixed_degree > 0 else dmin_single[i]
+            bin_d[nbins] = d
+            bin_used[nbins] = pack_local(s, d)
+            bin_of[i] = nbins
+            nbins += 1
+    return bin_of, bin_d[:nbins].copy(), nbins
+
+
+@nb.njit(cache=True)
+def dp_degrees(att, lin, comm, dmin, n: int, rpn: int, allowed, p):
+    """Stage 2 (Eq. 11 / Algorithm 1): degrees for K concurrent groups on at most n replicas.
+
+    DP[i][j] = min_d max(DP[i-1][j-d], T̂_i(d)) where T̂_i(d) = min_{d' ≤ d} T_i(d') is the
+    prefix minimum (using fewer replicas than allotted is allowed). DP[i-1][j-d] is
+    non-decreasing in d and T̂_i non-increasing, so the minimum sits where they cross: each cell
+    is a binary search, O(K·n·log n) instead of O(K·n²), and exact. Returns (degree per group,
+    makespan), makespan INF when the groups cannot all fit.
+    """
+    k = att.shape[0]
+    tpm = np.full((k, n + 1), INF)
+    targ = np.zeros((k, n + 1), np.int64)
+    for i in range(k):
+        best = INF
+        bd = 0
+        for d in range(1, n + 1):
+            if d >= dmin[i] and allowed[d]:
+                t = group_time(att[i], lin[i], comm[i], d, d > rpn, 1.0, p)
+                if t < best:
+                    best = t
+                    bd = d
+            tpm[i, d] = best
+            targ[i, d] = bd
+    dpv = np.full((k + 1, n + 1), INF)
+    choice = np.zeros((k + 1, n + 1), np.int64)
+    dpv[0, :] = 0.0
+    need = 0
+    for i in range(1, k + 1):
+        need_prev = need
+        need += dmin[i - 1]
+        if need > n:
+            return np.zeros(k, np.int64), INF
+        g = i - 1
+        for j in range(need, n + 1):
+            lo = dmin[g]
+            hi = j - need_prev
+            # smallest d in [lo, hi] with f(d) = dpv[i-1, j-d] >= tpm[g, d]
+            a, b = lo, hi + 1
+            while a < b:
+                m = (a + b) // 2
+                if dpv[i - 1, j - m] >= tpm[g, m]:
+                    b = m
+                else:
+                    a = m + 1
+            best = INF
+            bd = 0
+            for d in (a - 1, a):
+                if lo <= d <= hi:
+                    v = max(dpv[i - 1, j - d], tpm[g, d])
+                    if v < best:
+                        best = v
+                        bd = d
+            dpv[i, j] = best
+            choice[i, j] = bd
+    degs = np.zeros(k, np.int64)
+    j = n
+    for i in range(k, 0, -1):
+        da = choice[i, j]
+        degs[i - 1] = targ[i - 1, da]
+        j -= da
+    return degs, dpv[k, n]
+
+
+@nb.njit(cache=True)
+def deal_lpt(att, lin, comm, dmin, order, lane_deg, lane_inter, lane_speed, overhead, load0, p):
+    """Longest-processing-time dealing onto lanes (CP groups held for the whole batch).
+
+    Units are visited in `order` (longest first) and each goes to the lane where it would finish
+    first among lanes of degree >= its dmin. `overhead[u] / d` is the unit's share of the per
+    micro-batch constant β1 (units are packed into micro-batches of d × cap tokens afterwards).
+    `load0` is when each lane becomes free (after a prologue). Returns (lane of each unit, lane
+    loads); a lane of -1 means no lane could hold the unit.
+    """
+    nl = lane_deg.shape[0]
+    load = load0.copy()
+    lane_of = np.full(att.shape[0], -1, np.int64)
+    q = p.copy()
+    q[0] = 0.0
+    for t in range(order.shape[0]):
+        u = order[t]
+        best = -1
+        bf = INF
+        for l in range(nl):
+            d = lane_deg[l]
+            if d < dmin[u]:
+                continue
+            f = load[l] + group_time(att[u], lin[u], comm[u], d, lane_inter[l], lane_speed[l], q)
+            f += overhead[u] / d / lane_speed[l]
+            if f < bf:
+                bf = f
+                best = l
+        if best >= 0:
+            load[best] = bf
+            lane_of[u] = best
+    return lane_of, load
+
+
+@nb.njit(cache=True)
+def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed, extra: int, p):
+    """Moldable list scheduling: each unit (longest first) picks the degree and node-aligned
+    window of replicas on which it finishes first, starting when the whole window is free.
+
+    Degrees tried: dmin .. dmin + extra (allowed ones only). Windows are packed inside a node
+    (starts b, b+d, b+2d, ...) or, for d > replicas per node, start at node boundaries.
+    Returns (start, degree, finish time) per unit and the makespan.
+    """
+    k = order.shape[0]
+    free = np.zeros(n)
+    w_start = np.zeros(att.shape[0], np.int64)
+    w_deg = np.zeros(att.shape[0], np.int64)
+    w_end = np.zeros(att.shape[0])
+    for t in range(k):
+        u = order[t]
+        bf = INF
+        bs = 0
+        bd = 0
+        dhi = min(n, dmin[u] + extra)
+        for d in range(dmin[u], dhi + 1):
+            if not allowed[d]:
+                continue
+            if d <= rpn:
+                nodes = (n + rpn - 1) // rpn
+                for nd in range(nodes):
+                    base = nd * rpn
+                    top = min(n, base + rpn)
+                    s0 = base
+                    while s0 + d <= top:
+                        smax = 0.0
+                        sp = INF
+                        for r in range(s0, s0 + d):
+                            if free[r] > smax:
+                                smax = free[r]
+                            if speed[r] < sp:
+                                sp = speed[r]
+                        f = smax + group_time(att[u], lin[u], comm[u], d, False, sp, p)
+                        if f < bf:
+                            bf = f
+                            bs = s0
+                            bd = d
+                        s0 += d
+            else:
+                s0 = 0
+                while s0 + d <= n:
+                    smax = 0.0
+                    sp = INF
+                    for r in range(s0, s0 + d):
+                        if free[r] > smax:
+                            smax = free[r]
+                        if speed[r] < sp:
+                            sp = speed[r]
+                    f = smax + group_time(att[u], lin[u], comm[u], d, True, sp, p)
+                    if f < bf:
+                        bf = f
+                        bs = s0
+                        bd = d
+                    s0 += rpn
+        if bd == 0:
+            return w_start, w_deg, w_end, INF
+        for r in range(bs, bs + bd):
+            free[r] = bf
+        w_start[u] = bs
+        w_deg[u] = bd
+        w_end[u] = bf
+    return w_start, w_deg, w_end, free.max()
+
+
+@nb.njit(cache=True)
+def critical_path(starts, degs, times, n: int):
+    """Makespan of groups run in order on contiguous windows: each starts when its window is free."""
+    free = np.zeros(n)
+    for g in range(starts.shape[0]):
+        s = starts[g]
+        e = s + degs[g]
+        t0 = 0.0
+        for r in range(s, e):
+            if free[r] > t0:
+                t0 = free[r]
+        for r in range(s, e):
+            free[r] = t0 + times[g]
+    return free.max()
+
+
+@nb.njit(cache=True)
+def unit_lane_time(att, lin, comm, overhead, u, d, inter, speed, q) -> float:
+    """A unit's time in a lane with β1 replaced by its share `overhead[u] / d` (q[0] is 0)."""
+    return group_time(att[u], lin[u], comm[u], d, inter, speed, q) + overhead[u] / d / speed
+
+
+@nb.njit(cache=True)
+def refine_moves(att, lin, comm, dmin, overhead, lane_of, load, lane_deg, lane_inter,
+                 lane_speed, max_iter: int, p):
+    """Move units off the most loaded lane while that lowers the maximum load.
+
+    Each iteration takes the lane that finishes last and applies the single move of one of its
+    units to another lane that lowers max(load of the two) the most. Stops when no move helps.
+    """
+    q = p.copy()
+    q[0] = 0.0
+    nl = lane_deg.shape[0]
+    k = att.shape[0]
+    for _ in range(max_iter):
+        m = 0
+        for l in range(1, nl):
+            if load[l] > load[m]:
+                m = l
+        best_new = load[m] * (1.0 - 1e-12)
+        bu = -1
+        bl = -1
+        bcm = 0.0
+        bcl = 0.0
+        for u in range(k):
+            if lane_of[u] != m:
+                continue
+            cm = unit_lane_time(att, lin, comm, overhead, u, lane_deg[m], lane_inter[m], lane_speed[m], q)
+            for l in range(nl):
+                if l == m or lane_deg[l] < dmin[u]:
+                    continue
+                if load[l] >= best_new:
+                    continue
+                cl = unit_lane_time(att, lin, comm, overhead, u, lane_deg[l], lane_inter[l], lane_speed[l], q)
+                new = max(load[m] - cm, load[l] + cl)
+                if new < best_new:
+                    best_new = new
+                    bu = u
+                    bl = l
+                    bcm = cm
+                    bcl = cl
+        if bu < 0:
+            break
+        lane_of[bu] = bl
+        load[m] -= bcm
+        load[bl] += bcl
+    return lane_of, load
+
+
+@nb.njit(cache=True)
+def pack_lanes(lens, lane_of, lane_deg, order, cap: int, nlanes: int):
+    """Pack each lane's units into micro-batches (BFD at the lane's degree).
+
+    Returns (micro-batch of each unit, lane of each micro-batch, its rank within the lane).
+    Units with lane -1 get micro-batch -1.
+    """
+    k = lens.shape[0]
+    mb_of = np.full(k, -1, np.int64)
+    mb_lane = np.empty(k, np.int64)
+    mb_rank = np.empty(k, np.int64)
+    mb_used = np.empty(k, np.int64)
+    nmb = 0
+    lane_count = np.zeros(nlanes, np.int64)
+    # the micro-batches of one lane are contiguous in [lane_first, nmb)
+    lane_first = np.full(nlanes, -1, np.int64)
+    lane_units = np.zeros(nlanes, np.int64)
+    for t in range(order.shape[0]):
+        l = lane_of[order[t]]
+        if l >= 0:
+            lane_units[l] += 1
+    # process lane by lane so that a lane's micro-batches are contiguous
+    for l in range(nlanes):
+        if lane_units[l] == 0:
+            continue
+        d = lane_deg[l]
+        first = nmb
+        lane_first[l] = first
+        for t in range(order.shape[0]):
+            u = order[t]
+            if lane_of[u] != l:
+                continue
+            s = pack_local(lens[u], d)
+            best = -1
+            best_rem = cap + 1
+            for b in range(first, nmb):
+                rem = cap - mb_used[b] - s
+                if rem >= 0 and rem < best_rem:
+                    best = b
+                    best_rem = rem
+            if best < 0:
+                mb_lane[nmb] = l
+                mb_rank[nmb] = lane_count[l]
+                lane_count[l] += 1
+                mb_used[nmb] = s
+                mb_of[u] = nmb
+                nmb += 1
+            else:
+                mb_used[best] += s
+                mb_of[u] = best
+    return mb_of, mb_lane[:nmb].copy(), mb_rank[:nmb].copy()
+
+
+@nb.njit(cache=True)
+def lanes_for_target(att, lin, comm, dmin, overhead, order, target, n: int, rpn: int, allowed,
+                     p, credit: float):
+    """Dual approximation: the lanes needed so that every unit finishes within `target`.
+
+    A unit needs the smallest allowed degree d >= dmin with T(u, d) <= target. Units that need
+    d > 1 are first-fit (smallest fitting degree, fullest lane) into wide lanes of at most
+    `target` load; the rest need ceil((Σ T(u, 1) − credit × spare wide-lane replica-time) /
+    target) lanes of degree 1. Returns (wide lane degrees, number of degree-1 lanes); -1 lanes
+    when the target is infeasible.
+    """
+    q = p.copy()
+    q[0] = 0.0
+    k = order.shape[0]
+    lane_deg = np.zeros(n, np.int64)
+    lane_load = np.zeros(n)
+    nl = 0
+    used = 0
+    narrow = 0.0
+    for t in range(k):
+        u = order[t]
+        d = dmin[u]
+        need = 0
+        while d <= n:
+            if allowed[d]:
+                tt = unit_lane_time(att, lin, comm, overhead, u, d, d > rpn, 1.0, q)
+                if tt <= target:
+                    need = d
+                    break
+            d += 1
+        if need == 0:
+            return lane_deg[:0].copy(), -1
+        if need == 1:
+            narrow += unit_lane_time(att, lin, comm, overhead, u, 1, False, 1.0, q)
+            continue
+        best = -1
+        for l in range(nl):
+            if lane_deg[l] < need:
+                continue
+            tt = unit_lane_time(att, lin, comm, overhead, u, lane_deg[l], lane_deg[l] > rpn, 1.0, q)
+            if lane_load[l] + tt > target:
+                continue
+            if best < 0 or lane_deg[l] < lane_deg[best] or (
+                lane_deg[l] == lane_deg[best] and lane_load[l] > lane_load[best]
+            ):
+                best = l
+        if best >= 0:
+            lane_load[best] += unit_lane_time(att, lin, comm, overhead, u, lane_deg[best], lane_deg[best] > rpn, 1.0, q)
+        else:
+            if used + need > n:
+                return lane_deg[:0].copy(), -1
+            lane_deg[nl] = need
+            lane_load[nl] = unit_lane_time(att, lin, comm, overhead, u, need, need > rpn, 1.0, q)
+            nl += 1
+            used += need
+    spare = 0.0
+    for l in range(nl):
+        spare += (target - lane_load[l]) * lane_deg[l]
+    rest = narrow - credit * spare
+    k1 = 0
+    if rest > 0:
+        k1 = int(np.ceil(rest / target - 1e-9))
+    if used + k1 > n:
+        return lane_deg[:0].copy(), -1
+    return lane_deg[:nl].copy(), k1
+
+
+@nb.njit(cache=True)
+def compact_windows(lens, order, w_start, w_deg, n: int, cap: int):
+    """Merge consecutive units on the same window into one micro-batch when memory allows.
+
+    Units are visited in scheduling order; a unit joins the previous group when that group is
+    the latest on every replica of the same window and its padded shard still fits. Returns
+    (group of each unit, group starts, group degrees) in execution order.
+    """
+    k = order.shape[0]
+    last = np.full(n, -1, np.int64)
+    g_of = np.full(lens.shape[0], -1, np.int64)
+    g_start = np.empty(k, np.int64)
+    g_deg = np.empty(k, np.int64)
+    g_used = np.empty(k, np.int64)
+    ng = 0
+    for t in range(k):
+        u = order[t]
+        s = w_start[u]
+        d = w_deg[u]
+        loc = pack_local(lens[u], d)
+        g = last[s]
+        ok = g >= 0 and g_start[g] == s and g_deg[g] == d and g_used[g] + loc <= cap
+        if ok:
+            for r in range(s, s + d):
+                if last[r] != g:
+                    ok = False
+                    break
+        if ok:
+            g_used[g] += loc
+            g_of[u] = g
+        else:
+            g_start[ng] = s
+            g_deg[ng] = d
+            g_used[ng] = loc
+            g_of[u] = ng
+            for r in range(s, s + d):
+                last[r] = ng
+            ng += 1
+    return g_of, g_start[:ng].copy(), g_deg[:ng].copy()

@@ -1,0 +1,190 @@
+"""Lane plans: CP groups held for the whole global batch, each working through a queue.
+
+A lane is a window of replicas at one degree. Sequences are dealt to lanes longest first, each
+to the lane where it finishes first (LPT on uniform machines), optionally refined by moving
+sequences off the last lane to finish, then each lane's queue is packed into micro-batches
+(best-fit decreasing at the lane's degree). With equal degrees this is the static-balanced
+baseline; the fcp lane candidate mixes degrees, found by a dual approximation: for a target
+makespan M, the lanes each sequence needs to finish within M (`kernels.lanes_for_target`),
+bisected to the smallest feasible M. A *prologue* (groups run first, e.g. sequences that need
+most of the cluster, which can only start when everyone is free) may precede the lanes: lanes
+then start when their replicas leave the prologue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kernels import deal_lpt, lanes_for_target, pack_lanes, refine_moves
+from .placement import place_degrees
+from .problem import Problem, Schedule
+
+__all__ = ["lane_candidates", "lane_schedule", "static_balanced"]
+
+
+@dataclass(slots=True)
+class _Deal:
+    starts: np.ndarray
+    degs: np.ndarray
+    lane_of: np.ndarray
+    load: np.ndarray
+
+
+def _overhead(prob: Problem) -> np.ndarray:
+    """β1 share of each sequence: a micro-batch of d × cap tokens pays β1 once per replica."""
+    return prob.p[0] * prob.lens / prob.cap
+
+
+def _free_after(prob: Problem, prologue: Schedule | None) -> np.ndarray:
+    free = np.zeros(prob.n)
+    if prologue is not None:
+        for g, t in enumerate(prologue.times):
+            r = prologue.replicas(g)
+            free[r] = free[r].max() + t
+    return free
+
+
+def _deal(prob: Problem, degs: np.ndarray, units: np.ndarray, refine: bool,
+          free: np.ndarray) -> _Deal | None:
+    starts = place_degrees(degs, prob.n, prob.rpn)
+    inter = (starts // prob.rpn) != ((starts + degs - 1) // prob.rpn)
+    if prob.cluster.heterogeneous:
+        speed = np.array([prob.speed[s : s + d].min() for s, d in zip(starts, degs)])
+    else:
+        speed = np.ones(degs.size)
+    load0 = np.array([free[s : s + d].max() for s, d in zip(starts, degs)]) if free.any() \
+        else np.zeros(degs.size)
+    over = _overhead(prob)
+    lane_of, load = deal_lpt(prob.att, prob.lin, prob.comm, prob.dmin, units, degs, inter,
+                             speed, over, load0, prob.p)
+    if np.any(lane_of[units] < 0):
+        return None
+    if refine:
+        budget = int(min(400, max(8, 3e7 // max(1, units.size * degs.size))))
+        lane_of, load = refine_moves(prob.att, prob.lin, prob.comm, prob.dmin, over, lane_of,
+                                     load, degs, inter, speed, budget, prob.p)
+    return _Deal(starts=starts, degs=degs, lane_of=lane_of, load=load)
+
+
+def _finish(prob: Problem, deal: _Deal, units: np.ndarray, name: str,
+            prologue: Schedule | None) -> Schedule:
+    mb_of, mb_lane, mb_rank = pack_lanes(prob.lens, deal.lane_of, deal.degs, units, prob.cap,
+                                         deal.degs.size)
+    # Execution order: round by round (k-th micro-batch of every lane), lanes left to right.
+    exec_order = np.lexsort((deal.starts[mb_lane], mb_rank))
+    pos = np.empty_like(exec_order)
+    pos[exec_order] = np.arange(exec_order.size)
+    grp = pos[mb_of[units]]
+    srt = np.argsort(grp, kind="stable")
+    members = np.split(units[srt], np.cumsum(np.bincount(grp, minlength=exec_order.size))[:-1])
+    lanes = mb_lane[exec_order]
+    starts, degs = deal.starts[lanes], deal.degs[lanes]
+    if prologue is not None:
+        starts = np.concatenate([prologue.starts, starts])
+        degs = np.concatenate([prologue.degs, degs])
+        members = [*prologue.members, *members]
+    return Schedule(name=name, starts=starts, degs=degs, members=members).score(prob)
+
+
+def lane_schedule(
+    prob: Problem, lane_degs: list[int] | np.ndarray, name: str, *, refine: bool = True,
+    units: np.ndarray | None = None, prologue: Schedule | None = None,
+) -> Schedule | None:
+    """Deal `units` (default: all sequences) onto lanes of the given degrees; None if some
+    sequence fits no lane."""
+    degs = np.asarray(lane_degs, dtype=np.int64)
+    if degs.size == 0 or degs.sum() > prob.n:
+        return None
+    ids = prob.order if units is None else units
+    deal = _deal(prob, degs, ids, refine, _free_after(prob, prologue))
+    return None if deal is None else _finish(prob, deal, ids, name, prologue)
+
+
+def _degree_candidates(prob: Problem, lo: int) -> list[int]:
+    """Fixed degrees worth trying: lo .. lo + 7, then powers of two and N."""
+    out = {d for d in range(lo, min(prob.n, lo + 7) + 1) if prob.allowed[d]}
+    d = 1
+    while d <= prob.n:
+        if d >= lo and prob.allowed[d]:
+            out.add(d)
+        d *= 2
+    if prob.allowed[prob.n]:
+        out.add(prob.n)
+    return sorted(out)
+
+
+def static_balanced(prob: Problem, units: np.ndarray | None = None) -> Schedule | None:
+    """Best fixed degree, sequences dealt longest-first to the least-loaded group (no refining).
+
+    Every degree is dealt; the two with the lowest dealt load are packed and scored exactly.
+    """
+    ids = prob.order if units is None else units
+    lo = int(prob.dmin[ids].max())
+    free = np.zeros(prob.n)
+    dealt = []
+    for d in _degree_candidates(prob, lo):
+        deal = _deal(prob, np.full(prob.n // d, d, np.int64), ids, False, free)
+        if deal is not None:
+            dealt.append((float(deal.load.max()), d, deal))
+    dealt.sort(key=lambda x: (x[0], x[1]))
+    best: Schedule | None = None
+    for _, d, deal in dealt[:2]:
+        sch = _finish(prob, deal, ids, f"static-balanced(d={d})", None)
+        if best is None or sch.makespan < best.makespan:
+            best = sch
+    return best
+
+
+def _feasible(prob: Problem, target: float, credit: float, units: np.ndarray):
+    wide, k1 = lanes_for_target(
+        prob.att, prob.lin, prob.comm, prob.dmin, _overhead(prob), units, target, prob.n,
+        prob.rpn, prob.allowed, prob.p, credit,
+    )
+    return (wide, k1) if k1 >= 0 else None
+
+
+def _smallest_target(prob: Problem, lower: float, credit: float, units: np.ndarray):
+    hi = max(lower, 1e-12)
+    found = _feasible(prob, hi, credit, units)
+    grow = 0
+    while found is None and grow < 60:
+        hi *= 1.5
+        grow += 1
+        found = _feasible(prob, hi, credit, units)
+    if found is None:
+        return None
+    lo = hi / 1.5 if grow else hi
+    for _ in range(18):
+        if hi - lo <= 1e-4 * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        got = _feasible(prob, mid, credit, units)
+        if got is None:
+            lo = mid
+        else:
+            hi, found = mid, got
+    return found
+
+
+def lane_candidates(
+    prob: Problem, lower: float, units: np.ndarray | None = None,
+    prologue: Schedule | None = None, credits: tuple[float, ...] = (0.0, 0.8),
+) -> list[Schedule]:
+    """Mixed-degree lanes from the dual approximation, one per credit setting."""
+    ids = prob.order if units is None else units
+    free = _free_after(prob, prologue)
+    out: list[Schedule] = []
+    tag = "" if prologue is None else f"{prologue.name}+"
+    for credit in credits:
+        found = _smallest_target(prob, max(lower - float(free.mean()), 0.0), credit, ids)
+        if found is None:
+            continue
+        wide, _ = found
+        degs = np.array(sorted([*wide.tolist(), *[1] * (prob.n - int(wide.sum()))],
+                               reverse=True), np.int64)
+        deal = _deal(prob, degs, ids, True, free)
+        if deal is not None:
+            out.append(_finish(prob, deal, ids, f"{tag}lanes(credit={credit})", prologue))
+    return out

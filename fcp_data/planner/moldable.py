@@ -1,0 +1,37 @@
+"""Moldable list scheduling: each sequence picks its degree and the window that frees up first.
+
+Sequences are visited longest first; each tries degrees d_min .. d_min + `extra` on node-aligned
+windows and takes the (degree, window) with the earliest finish, starting when the whole window
+is free (`kernels.list_schedule`). Consecutive sequences that landed on the same window become
+one micro-batch when memory allows (`kernels.compact_windows`), which only lowers the time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import compact_windows, list_schedule
+from .problem import Problem, Schedule
+
+__all__ = ["moldable_schedule"]
+
+
+def moldable_schedule(
+    prob: Problem, units: np.ndarray | None = None, extra: int = 8
+) -> Schedule | None:
+    order = prob.order if units is None else units
+    if order.size * prob.n * (extra + 1) > 4e7:
+        extra = max(1, int(4e7 // max(1, order.size * prob.n)) - 1)
+    w_start, w_deg, _, span = list_schedule(
+        prob.att, prob.lin, prob.comm, prob.dmin, order, prob.n, prob.rpn, prob.allowed,
+        prob.speed, extra, prob.p,
+    )
+    if span >= 1e299:
+        return None
+    g_of, g_start, g_deg = compact_windows(prob.lens, order, w_start, w_deg, prob.n, prob.cap)
+    ids = order
+    grp = g_of[ids]
+    srt = np.argsort(grp, kind="stable")
+    members = np.split(ids[srt], np.cumsum(np.bincount(grp, minlength=g_start.size))[:-1])
+    return Schedule(name=f"moldable(extra={extra})", starts=g_start, degs=g_deg,
+                    members=members).score(prob)

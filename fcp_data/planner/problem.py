@@ -1,0 +1,287 @@
+"""One planning problem in array form, and the schedule form every candidate produces.
+
+`Problem` validates the inputs once (lengths, causal flags, cluster, cost model) and
+precomputes per-sequence aggregates so that candidates and the scorer share them. A `Schedule`
+is the candidate-neutral result: CP groups in execution order, each a contiguous window of
+replicas (start, degree) running a set of sequences. Its makespan is the critical path of
+DESIGN.md; `to_plan` turns the winner into the public, frozen Plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cluster import Cluster
+from .cost import CostModel
+from .kernels import critical_path
+from .plan import CPGroup, Plan, Wave
+
+__all__ = ["Problem", "Schedule", "lower_bound"]
+
+
+def _as_lengths(seqlens: Sequence[int] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(seqlens)
+    if arr.ndim != 1:
+        raise ValueError(f"seqlens must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError("seqlens is empty: a global batch needs at least one sequence")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            bad = arr[~np.isfinite(arr) | (arr != np.round(arr))][:3]
+            raise ValueError(f"seqlens must be whole token counts, got {bad.tolist()}")
+    elif arr.dtype.kind not in "iu":
+        raise ValueError(f"seqlens must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if np.any(arr < 1):
+        idx = np.flatnonzero(arr < 1)[:3]
+        raise ValueError(
+            f"sequence lengths must be >= 1 token; sequence ids {idx.tolist()} have "
+            f"{arr[idx].tolist()} (drop empty samples before planning)"
+        )
+    return arr
+
+
+@dataclass(slots=True)
+class Problem:
+    """Validated inputs and per-sequence aggregates of one global batch."""
+
+    cost: CostModel
+    cluster: Cluster
+    lens: np.ndarray
+    causal: np.ndarray
+    cap: int
+    n: int
+    rpn: int
+    speed: np.ndarray
+    p: np.ndarray
+    allowed: np.ndarray
+    att: np.ndarray = field(init=False)
+    lin: np.ndarray = field(init=False)
+    comm: np.ndarray = field(init=False)
+    work: np.ndarray = field(init=False)
+    dmin: np.ndarray = field(init=False)
+    order: np.ndarray = field(init=False)
+
+    @classmethod
+    def build(
+        cls,
+        seqlens: Sequence[int] | np.ndarray,
+        cluster: Cluster,
+        cost: CostModel,
+        *,
+        causal: bool | Sequence[bool] | np.ndarray = True,
+        pow2: bool = False,
+        seed: int = 0,
+    ) -> Problem:
+        if not isinstance(cluster, Cluster):
+            raise TypeError(f"cluster must be a fcp_data.planner.Cluster, got {type(cluster)}")
+        if not isinstance(cost, CostModel):
+            raise TypeError(f"cost must be a fcp_data.planner.CostModel, got {type(cost)}")
+        lens = _as_lengths(seqlens)
+        c = np.asarray(causal)
+        if c.ndim == 0:
+            c = np.full(lens.shape, bool(c))
+        elif c.shape != lens.shape:
+            raise ValueError(
+                f"causal has {c.size} flags for {lens.size} sequences: give one bool or one "
+                "per sequence"
+            )
+        c = c.astype(bool)
+        n = cluster.num_replicas
+        allowed = np.zeros(n + 1, dtype=np.bool_)
+        if pow2:
+            d = 1
+            while d <= n:
+                allowed[d] = True
+                d *= 2
+        else:
+            allowed[1:] = True
+        p = np.array(
+            [cost.beta1, cost.beta2, cost.intra_node_bandwidth, cost.inter_node_bandwidth]
+        )
+        prob = cls(
+            cost=cost,
+            cluster=cluster,
+            lens=lens,
+            causal=c,
+            cap=cost.capacity_tokens(cluster),
+            n=n,
+            rpn=cluster.replicas_per_node,
+            speed=cluster.speeds(),
+            p=p,
+            allowed=allowed,
+        )
+        prob._aggregate(seed)
+        return prob
+
+    def _aggregate(self, seed: int) -> None:
+        s = self.lens.astype(np.float64)
+        eta = np.where(self.causal, 0.0, self.cost.eta_full)
+        self.att = self.cost.alpha1 * (1.0 + eta) * s * s
+        self.lin = self.cost.alpha2 * s
+        self.comm = self.cost.alpha3 * s
+        self.work = self.att + self.lin
+        self.dmin = self.min_degrees(self.lens)
+        # Longest first; equal lengths in an order fixed by the seed (deterministic).
+        tie = np.random.default_rng(seed).permutation(self.lens.size)
+        self.order = np.lexsort((tie, -self.work)).astype(np.int64)
+
+    def min_degrees(self, lens: np.ndarray) -> np.ndarray:
+        """Smallest allowed degree holding each sequence alone (0 where none does)."""
+        d = np.maximum(1, -(-lens // self.cap))
+        for _ in range(8):  # padding adds at most 2d-1 tokens: a few steps settle it
+            local = np.where(d == 1, lens, -(-lens // (2 * d)) * 2)
+            over = local > self.cap
+            if not over.any():
+                break
+            d = d + over
+        allowed_deg = np.flatnonzero(self.allowed)
+        pos = np.searchsorted(allowed_deg, d)
+        out = np.where(pos < allowed_deg.size, allowed_deg[np.minimum(pos, allowed_deg.size - 1)], 0)
+        return out.astype(np.int64)
+
+    def group_times(self, starts: np.ndarray, degs: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
+        """Predicted time of each group (window + its sequences), vectorised over groups."""
+        g = len(members)
+        idx = np.repeat(np.arange(g), [m.size for m in members])
+        allm = np.concatenate(members) if g else np.zeros(0, np.int64)
+        att = np.bincount(idx, weights=self.att[allm], minlength=g)
+        lin = np.bincount(idx, weights=self.lin[allm], minlength=g)
+        comm = np.bincount(idx, weights=self.comm[allm], minlength=g)
+        return self.window_times(att, lin, comm, starts, degs)
+
+    def set_time(self, members: np.ndarray, replicas: np.ndarray) -> float:
+        """Time of one group on an arbitrary replica set (slow path, baselines only)."""
+        nodes = {int(r) // self.rpn for r in replicas}
+        return self.cost.time_from_aggregates(
+            float(self.att[members].sum()), float(self.lin[members].sum()),
+            float(self.comm[members].sum()), len(replicas), inter_node=len(nodes) > 1,
+            speed=float(self.speed[replicas].min()),
+        )
+
+    def window_times(self, att, lin, comm, starts, degs) -> np.ndarray:
+        d = degs.astype(np.float64)
+        inter = (starts // self.rpn) != ((starts + degs - 1) // self.rpn)
+        if self.cluster.heterogeneous:
+            sp = np.array([self.speed[s : s + k].min() for s, k in zip(starts, degs)])
+        else:
+            sp = np.ones(len(starts))
+        bw = np.where(inter, self.p[3], self.p[2])
+        c = np.where(degs > 1, (d - 1) / d * comm / bw + self.p[1] * (d - 1), 0.0)
+        return lin / d / sp + np.maximum(att / d / sp, c) + self.p[0] / sp
+
+
+def lower_bound(prob: Problem, keep: np.ndarray | None = None) -> float:
+    """max(total work / Σ speed, the longest sequence's best time on the fastest replicas).
+
+    d·A and d·L do not depend on d, so no plan does less than Σ work replica-seconds; and no
+    plan finishes before its most expensive sequence could finish alone.
+    """
+    ids = np.arange(prob.lens.size) if keep is None else keep
+    if ids.size == 0:
+        return 0.0
+    total = float(prob.work[ids].sum()) / float(prob.speed.sum())
+    top = ids[np.argmax(prob.work[ids])]
+    fastest = float(prob.speed.max())
+    best = math.inf
+    for d in range(max(1, int(prob.dmin[top])), prob.n + 1):
+        if not prob.allowed[d] and d != prob.dmin[top]:
+            continue
+        t = prob.cost.time_from_aggregates(
+            prob.att[top], prob.lin[top], prob.comm[top], d, inter_node=d > prob.rpn,
+            speed=fastest,
+        )
+        best = min(best, t)
+    return max(total, best)
+
+
+@dataclass(slots=True)
+class Schedule:
+    """CP groups in execution order: windows (start, degree) and the sequences each runs."""
+
+    name: str
+    starts: np.ndarray
+    degs: np.ndarray
+    members: list[np.ndarray]
+    barrier_after: list[bool] | None = None
+    replica_sets: list[np.ndarray] | None = None
+    times: np.ndarray = field(init=False)
+    makespan: float = field(init=False)
+
+    def replicas(self, g: int) -> np.ndarray:
+        if self.replica_sets is not None:
+            return self.replica_sets[g]
+        s = int(self.starts[g])
+        return np.arange(s, s + int(self.degs[g]))
+
+    def score(self, prob: Problem) -> Schedule:
+        if self.replica_sets is None:
+            self.times = prob.group_times(self.starts, self.degs, self.members)
+        else:
+            self.times = np.array(
+                [prob.set_time(m, r) for m, r in zip(self.members, self.replica_sets)]
+            )
+        if self.barrier_after is None and self.replica_sets is None:
+            self.makespan = float(critical_path(self.starts, self.degs, self.times, prob.n))
+            return self
+        free = np.zeros(prob.n)
+        for g, t in enumerate(self.times):
+            r = self.replicas(g)
+            free[r] = free[r].max() + t
+            if self.barrier_after is not None and self.barrier_after[g]:
+                free[:] = free.max()
+        self.makespan = float(free.max())
+        return self
+
+    def to_plan(
+        self, prob: Problem, *, strategy: str, candidates: dict[str, float], lower: float,
+        dropped: tuple[int, ...] = (),
+    ) -> Plan:
+        """Waves by the rule wave(g) = 1 + max wave of the previous group on any member."""
+        last = np.full(prob.n, -1, np.int64)
+        waves: list[list[CPGroup]] = []
+        barrier_wave: list[bool] = []
+        floor = 0
+        for g in range(len(self.members)):
+            reps = self.replicas(g)
+            w = max(floor, int(last[reps].max()) + 1)
+            last[reps] = w
+            while len(waves) <= w:
+                waves.append([])
+                barrier_wave.append(False)
+            ids = self.members[g]
+            ids = ids[np.lexsort((ids, -prob.lens[ids]))]
+            waves[w].append(
+                CPGroup(
+                    replicas=tuple(int(r) for r in reps),
+                    degree=len(reps),
+                    sequence_ids=tuple(int(i) for i in ids),
+                    seqlens=tuple(int(x) for x in prob.lens[ids]),
+                    causal=tuple(bool(x) for x in prob.causal[ids]),
+                    predicted_time=float(self.times[g]),
+                    inter_node=prob.cluster.spans_nodes(reps.tolist()),
+                )
+            )
+            if self.barrier_after is not None and self.barrier_after[g]:
+                wb = int(last.max())
+                barrier_wave[wb] = True
+                floor = wb + 1
+                last[:] = wb
+        plan = Plan(
+            num_replicas=prob.n,
+            waves=tuple(
+                Wave(groups=tuple(sorted(gs, key=lambda x: x.replicas[0])), barrier=b)
+                for gs, b in zip(waves, barrier_wave)
+            ),
+            predicted_time=self.makespan,
+            lower_bound=lower,
+            strategy=strategy,
+            winner=self.name,
+            candidates=candidates,
+            dropped=dropped,
+        )
+        return plan.with_digest()

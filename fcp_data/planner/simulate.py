@@ -1,0 +1,140 @@
+"""Score any Plan under a cost model, independently of how it was made.
+
+The execution model (DESIGN.md): replicas run their micro-batches in wave order; a CP group
+starts when all its members are free (and after any barrier wave) and occupies them for its
+predicted time; the gradient all-reduce after the last wave is the only global barrier. The
+scorer recomputes every group's time from the sequence lengths with `CostModel.group_time`, so
+it checks the planner rather than trusting it. `check_plan` verifies a plan's invariants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cluster import Cluster
+from .cost import CostModel
+from .plan import Plan
+from .problem import Problem, lower_bound
+
+__all__ = ["Score", "check_plan", "lower_bound_of", "score_plan"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Score:
+    """makespan: critical path (s); busy: per-replica busy seconds; utilization: Σbusy / (N ·
+    makespan); lower_bound and ratio = makespan / lower_bound."""
+
+    makespan: float
+    busy: np.ndarray
+    utilization: float
+    lower_bound: float
+    ratio: float
+    group_times: list[float]
+
+
+def lower_bound_of(
+    seqlens: Sequence[int] | np.ndarray,
+    cluster: Cluster,
+    cost: CostModel,
+    *,
+    causal: bool | Sequence[bool] | np.ndarray = True,
+    exclude: Sequence[int] = (),
+) -> float:
+    """max(total work / Σ speed, the longest sequence's best time); see problem.lower_bound."""
+    prob = Problem.build(seqlens, cluster, cost, causal=causal)
+    keep = np.ones(prob.lens.size, dtype=bool)
+    keep[list(exclude)] = False
+    keep &= prob.dmin > 0
+    return lower_bound(prob, np.flatnonzero(keep))
+
+
+def _causal_array(causal, n: int) -> np.ndarray:
+    c = np.asarray(causal)
+    return np.full(n, bool(c)) if c.ndim == 0 else c.astype(bool)
+
+
+def score_plan(
+    plan: Plan,
+    seqlens: Sequence[int] | np.ndarray,
+    cluster: Cluster,
+    cost: CostModel,
+    *,
+    causal: bool | Sequence[bool] | np.ndarray = True,
+) -> Score:
+    lens = np.asarray(seqlens, dtype=np.int64)
+    caus = _causal_array(causal, lens.size)
+    speed = cluster.speeds()
+    free = np.zeros(cluster.num_replicas)
+    busy = np.zeros(cluster.num_replicas)
+    times: list[float] = []
+    for wave in plan.waves:
+        for g in wave.groups:
+            ids = list(g.sequence_ids)
+            reps = list(g.replicas)
+            t = cost.group_time(
+                lens[ids], g.degree, causal=caus[ids], inter_node=cluster.spans_nodes(reps),
+                speed=float(speed[reps].min()),
+            )
+            free[reps] = free[reps].max() + t
+            busy[reps] += t
+            times.append(t)
+        if wave.barrier:
+            free[:] = free.max()
+    makespan = float(free.max())
+    lower = lower_bound_of(lens, cluster, cost, causal=caus, exclude=plan.dropped)
+    util = float(busy.sum() / (cluster.num_replicas * makespan)) if makespan > 0 else 0.0
+    return Score(
+        makespan=makespan,
+        busy=busy,
+        utilization=util,
+        lower_bound=lower,
+        ratio=makespan / lower if lower > 0 else 1.0,
+        group_times=times,
+    )
+
+
+def check_plan(plan: Plan, seqlens: Sequence[int] | np.ndarray, cluster: Cluster, cost: CostModel) -> None:
+    """Raise ValueError listing every broken invariant of `plan` for these lengths."""
+    lens = np.asarray(seqlens, dtype=np.int64)
+    cap = cost.capacity_tokens(cluster)
+    problems: list[str] = []
+    if plan.num_replicas != cluster.num_replicas:
+        problems.append(f"plan is for {plan.num_replicas} replicas, cluster has {cluster.num_replicas}")
+    seen = np.zeros(lens.size, dtype=np.int64)
+    for w, wave in enumerate(plan.waves):
+        used: set[int] = set()
+        for g in wave.groups:
+            if g.degree != len(g.replicas) or g.degree < 1:
+                problems.append(f"wave {w}: degree {g.degree} != {len(g.replicas)} replicas")
+            if len(set(g.replicas)) != len(g.replicas):
+                problems.append(f"wave {w}: duplicate replicas in {g.replicas}")
+            if used & set(g.replicas):
+                problems.append(f"wave {w}: replicas {sorted(used & set(g.replicas))} in two groups")
+            used |= set(g.replicas)
+            if any(not 0 <= r < cluster.num_replicas for r in g.replicas):
+                problems.append(f"wave {w}: replica outside [0, {cluster.num_replicas})")
+            ids = np.asarray(g.sequence_ids, dtype=np.int64)
+            if ids.size == 0:
+                problems.append(f"wave {w}: group on {g.replicas} runs no sequence")
+                continue
+            seen[ids] += 1
+            if tuple(lens[ids].tolist()) != g.seqlens:
+                problems.append(f"wave {w}: group seqlens {g.seqlens} differ from the input")
+            local = sum(
+                int(s) if g.degree == 1 else -(-int(s) // (2 * g.degree)) * 2 for s in lens[ids]
+            )
+            if local > cap:
+                problems.append(
+                    f"wave {w}: group on {g.replicas} holds {local} tokens per replica > {cap}"
+                )
+    dropped = np.asarray(plan.dropped, dtype=np.int64)
+    if dropped.size:
+        seen[dropped] += 1
+    if np.any(seen != 1):
+        bad = np.flatnonzero(seen != 1)[:5]
+        problems.append(f"sequences {bad.tolist()} placed {seen[bad].tolist()} times (want 1)")
+    if problems:
+        raise ValueError("invalid plan: " + "; ".join(problems))
