@@ -135,9 +135,11 @@ class BatchBuilder:
         mbs: list[MicroBatch] = []
         for w in range(plan.num_waves):
             rp = plan.for_replica(self.replica, w)
+            rings = tuple(g.replicas for g in plan.waves[w].groups)
             if rp.is_empty:
                 mbs.append(MicroBatch.empty(
-                    rp, global_num_loss_tokens=global_loss, epoch=epoch, batch_index=batch_index
+                    rp, global_num_loss_tokens=global_loss, wave_groups=rings, epoch=epoch,
+                    batch_index=batch_index,
                 ))
                 continue
             pos = tuple(int(ids[s]) for s in rp.sequence_ids)
@@ -155,7 +157,7 @@ class BatchBuilder:
             skipped.extend(bad)
             mbs.append(MicroBatch.from_packed(
                 packed, plan=rp, sample_ids=pos, keys=keys, global_num_loss_tokens=global_loss,
-                epoch=epoch, batch_index=batch_index, skipped=tuple(bad),
+                wave_groups=rings, epoch=epoch, batch_index=batch_index, skipped=tuple(bad),
             ))
         metrics = BatchMetrics(
             epoch=epoch, batch_index=batch_index, num_sequences=len(ids),

@@ -62,6 +62,8 @@ class MicroBatch:
     causal: tuple[bool, ...]
     plan: RankPlan
     global_num_loss_tokens: int
+    wave_groups: tuple[tuple[int, ...], ...] = ()
+    """Replicas of every CP group of this wave (fcp_exec.cp_context's `wave_rings`)."""
     epoch: int = 0
     batch_index: int = 0
     vision: tuple[VisionInput, ...] = ()
@@ -104,6 +106,7 @@ class MicroBatch:
         sample_ids: tuple[int, ...],
         keys: tuple[str, ...],
         global_num_loss_tokens: int,
+        wave_groups: tuple[tuple[int, ...], ...] = (),
         epoch: int = 0,
         batch_index: int = 0,
         vision: tuple[VisionInput, ...] = (),
@@ -128,6 +131,7 @@ class MicroBatch:
             causal=tuple(bool(c) for c in plan.causal),
             plan=plan,
             global_num_loss_tokens=global_num_loss_tokens,
+            wave_groups=wave_groups,
             epoch=epoch,
             batch_index=batch_index,
             vision=vision,
@@ -136,7 +140,13 @@ class MicroBatch:
 
     @classmethod
     def empty(
-        cls, plan: RankPlan, *, global_num_loss_tokens: int, epoch: int = 0, batch_index: int = 0
+        cls,
+        plan: RankPlan,
+        *,
+        global_num_loss_tokens: int,
+        wave_groups: tuple[tuple[int, ...], ...] = (),
+        epoch: int = 0,
+        batch_index: int = 0,
     ) -> MicroBatch:
         """The no-op micro-batch of a replica that sits a wave out (zero tokens, cu_seqlens [0])."""
         z = torch.zeros(0, dtype=torch.int64)
@@ -146,7 +156,8 @@ class MicroBatch:
             position_ids=z.clone(), cu_seqlens=c, cu_seqlens_padded=c.clone(),
             local_cu_seqlens=c.clone(), local_cu_seqlens_padded=c.clone(), max_seqlen=0,
             local_max_seqlen=0, sample_ids=(), keys=(), causal=(), plan=plan,
-            global_num_loss_tokens=global_num_loss_tokens, epoch=epoch, batch_index=batch_index,
+            global_num_loss_tokens=global_num_loss_tokens, wave_groups=wave_groups, epoch=epoch,
+            batch_index=batch_index,
         )
 
     # ---- use ---------------------------------------------------------------------------
@@ -155,11 +166,22 @@ class MicroBatch:
 
         cu_seqlens are those of the unsharded sequences (TE divides the padded offsets by the CP
         size itself); max_seqlen is the longest padded sequence. Pass the CP process group that
-        `fcp_exec.cp_context` bound, or leave it None to let megatron-core use its own.
+        `fcp_exec.cp_context` bound, or leave it None to let megatron-core use its own. When
+        fcp_exec is installed this is its `FCPPackedSeqParams` subclass, which adds the
+        per-sequence causal flags FCPCoreAttention needs for mixed causal/full packs.
         """
         from megatron.core.packed_seq_params import PackedSeqParams
 
-        return PackedSeqParams(
+        extra: dict[str, Any] = {}
+        cls: type[PackedSeqParams] = PackedSeqParams
+        try:
+            from fcp_exec.megatron import FCPPackedSeqParams
+        except ImportError:
+            pass
+        else:
+            cls, extra = FCPPackedSeqParams, {"causal": self.causal}
+        return cls(
+            **extra,
             qkv_format="thd",
             cu_seqlens_q=self.cu_seqlens,
             cu_seqlens_kv=self.cu_seqlens,

@@ -37,6 +37,7 @@ def test_microbatch_from_packed_and_packed_seq_params() -> None:
     p = mb.packed_seq_params()
     assert p.qkv_format == "thd" and p.max_seqlen_q == 12 and p.local_cp_size == 2
     assert torch.equal(p.cu_seqlens_kv_padded, mb.cu_seqlens_padded)
+    assert getattr(p, "causal", mb.causal) == (True, False)  # FCPPackedSeqParams adds flags
     moved = mb.to("cpu")
     assert torch.equal(moved.labels, mb.labels) and moved.plan is mb.plan
 

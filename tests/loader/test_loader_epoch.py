@@ -30,7 +30,10 @@ def check_epoch(per_replica: list[list], data: dict[str, bytes], index: TarIndex
     counts = {len(mbs) for mbs in per_replica}
     assert len(counts) == 1, f"replicas yielded different micro-batch counts {counts}"
     for step in zip(*per_replica):  # same (batch, wave) on every replica, same plan digest
-        assert len({(mb.batch_index, mb.wave, mb.digest) for mb in step}) == 1
+        assert len({(mb.batch_index, mb.wave, mb.digest, mb.wave_groups) for mb in step}) == 1
+        for r, mb in enumerate(step):  # wave_groups (fcp_exec's wave_rings) hold own group
+            assert mb.is_empty or mb.plan.group_replicas in mb.wave_groups
+            assert mb.is_empty == all(r not in g for g in mb.wave_groups)
     # per global batch: loss tokens over replicas and waves == what every micro-batch announces
     by_batch: dict[int, list] = {}
     for mbs in per_replica:
