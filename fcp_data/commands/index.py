@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(
         f"[bold]{args.output}[/]: {len(index)} samples from {len(index.header.shards)} shards, "
         f"{int(seq.sum()):,} tokens (max {int(seq.max()) if len(seq) else 0:,}), "
-        f"{len(index.skipped)} skipped")
+        f"{len(index.skipped)} skipped", soft_wrap=True)
     for s in index.skipped[:10]:
-        console.print(f"  skipped {s.shard}: {s.key}: {s.reason}")
+        console.print(f"  skipped {s.shard}: {s.key}: {s.reason}", soft_wrap=True)
     return 0

@@ -28,6 +28,7 @@ __all__ = ["RESOLUTIONS", "encode_video", "make_shards", "stdlib_sources"]
 RESOLUTIONS = ((64, 48), (96, 64), (128, 96), (160, 120), (120, 160), (96, 96))  # (w, h)
 VIDEO_FPS = (8, 10, 12)
 MAX_FRAMES = 120
+MTIME = 1_700_000_000.0  # tar member mtime, fixed so that a seed gives byte-identical shards
 
 
 def stdlib_sources() -> list[Path]:
@@ -91,7 +92,7 @@ def make_shards(out_dir: str | os.PathLike[str], *, text: int = 0, video: int = 
         for start in range(0, count, samples_per_shard):
             path = out / f"{prefix}-{start // samples_per_shard:06d}.tar"
             paths.append(path)
-            with TarWriter(str(path)) as writer:
+            with TarWriter(str(path), mtime=MTIME) as writer:  # fixed mtime: same bytes
                 for i in range(start, min(count, start + samples_per_shard)):
                     yield writer, i
 
