@@ -27,7 +27,8 @@ __all__ = [
 
 def select_kernel(device: torch.device | str) -> AttentionKernel:
     """The best available kernel for `device` (see module doc); raises for unknown devices."""
-    kind = torch.device(device).type
+    # a string, not torch.device: "npu" is only a known device type once torch_npu is loaded
+    kind = device.split(":")[0] if isinstance(device, str) else device.type
     if kind == "cpu":
         return CpuFlashKernel()
     if kind == "cuda":

@@ -1,0 +1,154 @@
+"""Replica -> global rank mapping and a bounded cache of CP process groups.
+
+A plan speaks of replicas (model copies); a process group needs global ranks. Under
+megatron-core's default order "tp-cp-ep-dp-pp" with the DP x CP domain seen as N replicas,
+replica n's (tp_rank, pp_rank) device is global rank tp_rank + TP*n + TP*N*pp_rank, so the CP
+group of a ring is, for each (tp_rank, pp_rank), the same TP/PP position on every member.
+
+`dist.new_group` is collective over the whole world: every rank must create every group, in the
+same order, or the job deadlocks. Every replica holds the full plan, so `CPGroupCache.prepare`
+takes all rings of a wave and creates whatever is missing in plan order; since all ranks make
+the same calls, their LRU states (and hence evictions, which destroy the group) stay identical.
+Creating a gloo group of 2-5 ranks costs a few ms on one host; a cache hit is a dict lookup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+__all__ = ["CPGroupCache", "ReplicaRanks"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ReplicaRanks:
+    """How replicas sit in the global rank space (megatron-core order, TP fastest, PP slowest)."""
+
+    world_size: int
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+
+    def __post_init__(self) -> None:
+        per = self.tensor_parallel * self.pipeline_parallel
+        if per < 1 or self.world_size % per:
+            raise ValueError(
+                f"world_size={self.world_size} is not a multiple of TP*PP="
+                f"{self.tensor_parallel}*{self.pipeline_parallel}; fix the parallel sizes"
+            )
+
+    @property
+    def num_replicas(self) -> int:
+        return self.world_size // (self.tensor_parallel * self.pipeline_parallel)
+
+    def global_rank(self, replica: int, tp_rank: int = 0, pp_rank: int = 0) -> int:
+        if not 0 <= replica < self.num_replicas:
+            raise ValueError(f"replica={replica} outside [0, {self.num_replicas})")
+        tp = self.tensor_parallel
+        return tp_rank + tp * replica + tp * self.num_replicas * pp_rank
+
+    def position(self, global_rank: int) -> tuple[int, int, int]:
+        """(replica, tp_rank, pp_rank) of a global rank."""
+        tp, n = self.tensor_parallel, self.num_replicas
+        return (global_rank // tp) % n, global_rank % tp, global_rank // (tp * n)
+
+    def ring(self, replicas: Sequence[int], global_rank: int) -> tuple[int, ...]:
+        """Global ranks, in ring order, of the CP group `global_rank` belongs to."""
+        _, tp_rank, pp_rank = self.position(global_rank)
+        return tuple(self.global_rank(r, tp_rank, pp_rank) for r in replicas)
+
+    def tp_cp_ranks(self, replicas: Sequence[int], global_rank: int) -> tuple[int, ...]:
+        """Global ranks of the combined TP x CP group (every TP rank of every member)."""
+        _, _, pp_rank = self.position(global_rank)
+        return tuple(
+            sorted(
+                self.global_rank(r, t, pp_rank)
+                for r in replicas
+                for t in range(self.tensor_parallel)
+            )
+        )
+
+    def all_rank_sets(self, replicas: Sequence[int]) -> list[tuple[int, ...]]:
+        """Every CP and TP x CP rank tuple of a ring, in a fixed order (for collective creation)."""
+        out: list[tuple[int, ...]] = []
+        for pp in range(self.pipeline_parallel):
+            for t in range(self.tensor_parallel):
+                out.append(tuple(self.global_rank(r, t, pp) for r in replicas))
+            if self.tensor_parallel > 1:
+                out.append(self.tp_cp_ranks(replicas, self.global_rank(replicas[0], 0, pp)))
+        return out
+
+
+class CPGroupCache:
+    """LRU cache of process groups keyed by their global-rank tuple; evicted groups destroyed.
+
+    The cache is an object the training loop holds (no module state). `capacity` bounds live
+    communicators: NCCL keeps buffers per communicator (tens of MB each), so keep it to the
+    number of distinct rings a few global batches use. `created` and `create_seconds` record
+    what switching cost.
+    """
+
+    def __init__(self, ranks: ReplicaRanks, *, capacity: int = 64, backend: str | None = None):
+        if capacity < 1:
+            raise ValueError(f"capacity={capacity}: the cache must hold at least one group")
+        self.ranks = ranks
+        self.capacity = capacity
+        self.backend = backend
+        self._groups: OrderedDict[tuple[int, ...], dist.ProcessGroup] = OrderedDict()
+        self.created = 0
+        self.evicted = 0
+        self.create_seconds = 0.0
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __contains__(self, ranks: Sequence[int]) -> bool:
+        return tuple(sorted(ranks)) in self._groups
+
+    def prepare(self, rings: Iterable[Sequence[int]]) -> None:
+        """Create the groups of these rings (replica indices) that are missing. COLLECTIVE:
+        every rank must call it with the same rings in the same order (e.g. all of a wave's
+        `CPGroup.replicas`)."""
+        for replicas in rings:
+            for key in self.ranks.all_rank_sets(replicas):
+                self._touch_or_create(tuple(sorted(key)))
+
+    def get(self, ranks: Sequence[int]) -> dist.ProcessGroup:
+        """The cached group of these global ranks; LookupError (never a hang) when missing.
+
+        torch orders a group's members by global rank, so rings that are rotations or
+        permutations of one rank set share one group (group.rank() is the sorted position).
+        """
+        key = tuple(sorted(ranks))
+        if key not in self._groups:
+            raise LookupError(
+                f"no process group for global ranks {key}: call CPGroupCache.prepare(rings) "
+                "with all rings of the wave on every rank before cp_context"
+            )
+        self._groups.move_to_end(key)
+        return self._groups[key]
+
+    def _touch_or_create(self, key: tuple[int, ...]) -> None:
+        if key in self._groups:
+            self._groups.move_to_end(key)
+            return
+        start = time.perf_counter()
+        group = dist.new_group(list(key), backend=self.backend)
+        self.create_seconds += time.perf_counter() - start
+        self.created += 1
+        self._groups[key] = group
+        while len(self._groups) > self.capacity:
+            _, old = self._groups.popitem(last=False)
+            self.evicted += 1
+            if old is not None and old != dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(old)
+
+    def clear(self) -> None:
+        """Destroy every cached group (collective in the same sense as `prepare`)."""
+        while self._groups:
+            _, old = self._groups.popitem(last=False)
+            if old is not None and old != dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(old)

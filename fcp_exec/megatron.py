@@ -1,0 +1,172 @@
+"""megatron-core integration: FCP core attention, a CP group that follows cp_context, RoPE on CPU.
+
+Usage (megatron-core 0.16):
+
+    spec = get_gpt_layer_local_spec()
+    spec.submodules.self_attention.submodules.core_attention = FCPCoreAttention
+    model = GPTModel(config, spec, ..., pg_collection=fcp_process_groups())
+    with cp_context(rank_plan, groups=cache):
+        loss = model(tokens, position_ids, None, labels=labels,
+                     packed_seq_params=FCPPackedSeqParams(qkv_format="thd", ..., causal=flags))
+
+Why `fcp_process_groups`: megatron's Attention stores `pg_collection.cp` when the model is
+built and its THD RoPE slices positions with `cp_group.size()` / `.rank()` in TE's zigzag
+layout; with a group fixed at build time every micro-batch after the first would rotate with
+the wrong positions. `ActiveCPGroup` answers size/rank from the group cp_context bound.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from megatron.core import parallel_state
+from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+from megatron.core.packed_seq_params import PackedSeqParams
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from fcp_exec.attention import ring_attention
+
+__all__ = [
+    "ActiveCPGroup",
+    "FCPCoreAttention",
+    "FCPPackedSeqParams",
+    "fcp_process_groups",
+    "keep_rotary_on_cpu",
+]
+
+
+class ActiveCPGroup:
+    """Stands in for `pg_collection.cp`: size() and rank() of the CP group bound right now.
+
+    rank() is the position in the *ring* (the zigzag chunk index the collator sharded by),
+    read from the CP global ranks cp_context bound; a torch process group's own rank() is the
+    position in sorted global-rank order, which differs for a ring like (3, 1).
+    """
+
+    def _group(self) -> torch.distributed.ProcessGroup:
+        group = parallel_state.get_context_parallel_group(check_initialized=False)
+        if group is None:
+            raise RuntimeError(
+                "no context-parallel group is bound: run the model inside "
+                "fcp_exec.cp_context(rank_plan, groups=...) after initialize_model_parallel"
+            )
+        return group
+
+    def size(self) -> int:
+        return self._group().size()
+
+    def rank(self) -> int:
+        self._group()
+        ring = parallel_state.get_context_parallel_global_ranks(check_initialized=False)
+        return list(ring).index(torch.distributed.get_rank())
+
+
+def fcp_process_groups() -> ProcessGroupCollection:
+    """megatron's process groups with `cp` replaced by `ActiveCPGroup` (pass to GPTModel)."""
+    pgs = ProcessGroupCollection.use_mpu_process_groups()
+    pgs.cp = ActiveCPGroup()
+    return pgs
+
+
+@dataclass
+class FCPPackedSeqParams(PackedSeqParams):
+    """PackedSeqParams plus one causal flag per sequence (mixed causal / bidirectional packs)."""
+
+    causal: tuple[bool, ...] | None = None
+
+
+def _emb_without_device_move(self: RotaryEmbedding, max_seq_len: int, offset: int = 0) -> Any:
+    freqs = self.get_freqs_non_repeated(max_seq_len, offset)
+    if self.rotary_interleaved:
+        emb = torch.stack((freqs, freqs), dim=-1).reshape(freqs.shape[0], -1)
+    else:
+        emb = torch.cat((freqs, freqs), dim=-1)
+    return emb[:, None, None, :]
+
+
+def keep_rotary_on_cpu(model: torch.nn.Module) -> int:
+    """Let megatron's RoPE run on CPU; returns how many RotaryEmbedding modules were patched.
+
+    megatron-core 0.16 `RotaryEmbedding.get_emb` moves `inv_freq` to
+    `torch.cuda.current_device()` on first use, which fails without CUDA. This replaces
+    `get_emb` on each instance (not the class) with the same computation minus the move, and
+    only when CUDA is unavailable; GPU runs are left untouched.
+    """
+    if torch.cuda.is_available():
+        return 0
+    patched = 0
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):
+            module.get_emb = types.MethodType(_emb_without_device_move, module)  # type: ignore[method-assign]
+            patched += 1
+    return patched
+
+
+class FCPCoreAttention(MegatronModule):
+    """Drop-in `core_attention` for THD packed micro-batches: exact ring attention on the ring
+    that cp_context bound (megatron's CP global ranks); d = 1 runs locally."""
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        layer_number: int,
+        attn_mask_type: AttnMaskType,
+        attention_type: str,
+        attention_dropout: float | None = None,
+        softmax_scale: float | None = None,
+        cp_comm_type: str | None = None,
+        pg_collection: ProcessGroupCollection | None = None,
+    ) -> None:
+        super().__init__(config=config)
+        dropout = config.attention_dropout if attention_dropout is None else attention_dropout
+        if dropout:
+            raise ValueError(
+                f"attention_dropout={dropout}: FCP ring attention is exact and has no dropout; "
+                "set TransformerConfig(attention_dropout=0.0)"
+            )
+        self.attn_mask_type = attn_mask_type
+        if softmax_scale is None:
+            softmax_scale = config.softmax_scale
+        if softmax_scale is None:
+            softmax_scale = 1.0 / math.sqrt(config.kv_channels)
+        self.softmax_scale = softmax_scale
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attn_mask_type: AttnMaskType | None = None,
+        attention_bias: torch.Tensor | None = None,
+        packed_seq_params: PackedSeqParams | None = None,
+    ) -> torch.Tensor:
+        if packed_seq_params is None or packed_seq_params.qkv_format != "thd":
+            raise ValueError(
+                "FCPCoreAttention needs packed THD micro-batches: pass "
+                "packed_seq_params=FCPPackedSeqParams(qkv_format='thd', cu_seqlens_q=..., "
+                "cu_seqlens_q_padded=..., ...) to the model"
+            )
+        if attention_bias is not None:
+            raise ValueError("FCPCoreAttention does not support attention_bias (got a tensor)")
+        mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
+        causal: Any = getattr(packed_seq_params, "causal", None)
+        if causal is None:
+            causal = mask_type in (AttnMaskType.causal, AttnMaskType.padding_causal)
+        cu = packed_seq_params.cu_seqlens_q
+        cu_padded = packed_seq_params.cu_seqlens_q_padded
+        if cu_padded is None:
+            cu_padded = cu
+        ring = parallel_state.get_context_parallel_global_ranks()
+        out = ring_attention(
+            query, key, value, cu, cu_padded, ring=ring, causal=causal,
+            softmax_scale=self.softmax_scale,
+        )  # fmt: skip
+        return out.reshape(out.shape[0], -1)
