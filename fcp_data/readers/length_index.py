@@ -49,9 +49,11 @@ class LengthIndex:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, verify: bool = True,
-             expect_rule: str | dict[str, Any] | None = None) -> LengthIndex:
+             expect_rule: str | dict[str, Any] | None = None,
+             expect_tokenizer: str | None = None) -> LengthIndex:
         """Open memory-mapped; `verify` re-fingerprints shards; `expect_rule` is a rule name or
-        a full `rule.settings()` dict that must match the one the index was built with."""
+        a full `rule.settings()` dict and `expect_tokenizer` a counter spec ("bytes:4",
+        "hf:PATH") that must match what the index was built with."""
         path = Path(path)
         head = path / HEADER_NAME
         if not head.is_file():
@@ -68,6 +70,10 @@ class LengthIndex:
         index = cls(path, header, arrays)
         if expect_rule is not None:
             index.check_rule(expect_rule)
+        if expect_tokenizer is not None and expect_tokenizer != header.tokenizer:
+            raise RuleMismatchError(
+                f"index {path} counted text with {header.tokenizer!r}, not {expect_tokenizer!r}; "
+                "rebuild with `fcp index --tokenizer SPEC` or load with the matching tokenizer")
         if verify:
             index.verify()
         return index

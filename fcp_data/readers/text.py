@@ -3,10 +3,13 @@
 The planner needs a length per sample before tokenization happens in the collator, so counting
 must be cheap. Three counters:
 
-* `RatioCounter`: ceil(utf-8 bytes / ratio). `DEFAULT_BYTES_PER_TOKEN = 4.0` is the usual figure
-  for English and code under Llama-style BPE (OpenAI and Meta both quote "~4 characters per
-  token" for English); re-measure for your corpus and tokenizer with `calibrate_ratio`, which
-  is what a careful user should do (a 10% bias moves every memory estimate by 10%).
+* `RatioCounter`: ceil(utf-8 bytes / ratio). `DEFAULT_BYTES_PER_TOKEN = 4.0` is the commonly
+  quoted rule of thumb for English under GPT/Llama-style BPE (OpenAI's tokenizer help page: "one
+  token generally corresponds to ~4 characters of common English text"). It was NOT measured
+  here (no BPE tokenizer ships with fcp's dependencies); code usually tokenizes denser (roughly
+  3-3.5 bytes/token under Llama-family vocabularies), so for a real run measure your corpus with
+  `calibrate_ratio(texts, tokenizer)` and pass `bytes:R`: a 10% bias in the ratio moves every
+  memory estimate the planner makes by 10%.
 * `CallableCounter`: any callable str -> sequence of ids (len of the result) or -> int.
 * a Hugging Face `tokenizers.Tokenizer` loaded from tokenizer.json when that package is
   installed (`load_counter("hf:PATH")`).

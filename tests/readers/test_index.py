@@ -81,6 +81,8 @@ def test_header_pickle_and_rule_check(built_index: LengthIndex) -> None:
     LengthIndex.open(idx.path, expect_rule="qwen2.5-vl")
     with pytest.raises(RuleMismatchError, match="qwen3-vl"):
         LengthIndex.open(idx.path, expect_rule="qwen3-vl")
+    with pytest.raises(RuleMismatchError, match="bytes:4"):
+        LengthIndex.open(idx.path, expect_tokenizer="hf:tok.json")
     with pytest.raises(IndexError):
         idx.read(len(idx))
 

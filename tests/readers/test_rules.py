@@ -160,3 +160,19 @@ def test_video_tokens_within_budget(n: int, fps: float, h: int, w: int, name: st
     assert per_group <= 768
     assert vt.frame_indices == tuple(sorted(vt.frame_indices))
     assert vt.frame_indices[0] >= 0 and vt.frame_indices[-1] <= n - 1
+
+
+def test_frame_indices_match_torch_linspace_round() -> None:
+    """qwen-vl-utils picks frames with torch.linspace(0, N-1, n).round() (float32)."""
+    import torch
+
+    rule = get_rule("qwen2.5-vl")
+    checked = 0
+    for total in range(4, 4000, 37):
+        for fps in (1.0, 7.5, 24.0, 30.0):
+            vt = rule.video(num_frames=total, fps=fps, height=64, width=64)
+            n = len(vt.frame_indices)
+            ref = torch.linspace(0, total - 1, n).round().long().tolist()
+            assert list(vt.frame_indices) == ref, (total, fps)
+            checked += 1
+    assert checked > 400
