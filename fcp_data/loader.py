@@ -12,7 +12,6 @@ import logging
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +19,8 @@ import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .collate import MicroBatch
-from .loader_batches import BatchBuilder, PlannedBatch, Tokenizer, default_encode
+from .loader_batches import BatchBuilder, PlannedBatch
+from .loader_encode import CustomEncoder, SampleEncoder, Tokenizer
 from .loader_sampler import GlobalBatchSampler
 from .loader_types import BatchMetrics, LoaderState, SampleSource
 from .planner import Cluster, CostModel
@@ -44,7 +44,12 @@ class LoaderOptions:
     on_error: Literal["raise", "skip"] = "raise"
     on_too_long: Literal["raise", "drop"] = "raise"
     pad_id: int = 0
+    eod_id: int = 0
+    special_token_id: int = 0
+    vision_token_id: int = 0
     text_field: str = "text"
+    caption_field: str = "caption"
+    decode_backend: str = "pyav"
     timeout_s: float = 0.0
     pin_memory: bool = False
     multiprocessing_context: str | None = None
@@ -97,6 +102,21 @@ def _spec(obj: Any) -> Any:
     if callable(settings):
         return dict(settings())
     return getattr(obj, "spec", None) or getattr(obj, "name", None)
+
+
+def _resolve_rule(source: Any, rule: Any) -> Any:
+    """The VisionTokenRule object for video samples: given, by name, or the index's own."""
+    if rule is not None and not isinstance(rule, str):
+        return rule
+    name = rule or (_header_value(source, "rule") or {}).get("name")
+    has_media = hasattr(source, "modality") and bool(np.any(np.asarray(source.modality) != 0))
+    if name is None or not has_media:
+        return None
+    from .readers import get_rule
+
+    scan = _header_value(source, "scan")
+    overrides = dict(getattr(scan, "rule_overrides", None) or {}) if rule is None else {}
+    return get_rule(name, **overrides)
 
 
 class FCPDataLoader:
@@ -160,11 +180,19 @@ class FCPDataLoader:
             from .planner import plan_global_batch  # type: ignore[attr-defined]
 
             planner = plan_global_batch
-        encode = opts.encode or partial(default_encode, tokenizer=tokenizer,
-                                        text_field=opts.text_field)
+        encoder: SampleEncoder | CustomEncoder
+        if opts.encode is not None:
+            encoder = CustomEncoder(fn=opts.encode)
+        else:
+            encoder = SampleEncoder(
+                tokenizer=tokenizer, rule=_resolve_rule(src, vision_rule),
+                text_field=opts.text_field, caption_field=opts.caption_field,
+                eod_id=opts.eod_id, special_token_id=opts.special_token_id,
+                vision_token_id=opts.vision_token_id, decode_backend=opts.decode_backend,
+            )
         self._builder = BatchBuilder(
             source=src, sampler=self.sampler, cluster=cluster, cost=cost, replica=self.replica,
-            planner=planner, encode=encode, strategy=strategy, on_too_long=opts.on_too_long,
+            planner=planner, encoder=encoder, strategy=strategy, on_too_long=opts.on_too_long,
             on_error=opts.on_error, pad_id=opts.pad_id,
         )
         self._epoch, self._batch, self._wave = 0, 0, 0

@@ -7,23 +7,20 @@ groups it belongs to and packs its zigzag shard of each. Nothing here talks to o
 
 from __future__ import annotations
 
-import io
-import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
-from .collate import MicroBatch, pack_shard
+from .collate import MicroBatch, VisionInput, pack_shard
+from .loader_encode import CustomEncoder, EncodedSample, SampleEncoder
 from .loader_sampler import GlobalBatchSampler
 from .loader_types import BatchMetrics, SampleSource
 from .planner import Cluster, CostModel, Plan
 
-__all__ = ["BatchBuilder", "PlannedBatch", "SampleReadError", "default_encode"]
-
-Tokenizer = Callable[[str], Sequence[int]]
+__all__ = ["BatchBuilder", "PlannedBatch", "SampleReadError"]
 
 
 class SampleReadError(RuntimeError):
@@ -32,35 +29,6 @@ class SampleReadError(RuntimeError):
     def __init__(self, key: str, index: int, reason: str) -> None:
         super().__init__(f"sample {key!r} (index position {index}): {reason}")
         self.key, self.index, self.reason = key, index, reason
-
-
-def _text_of(sample: Mapping[str, Any], text_field: str) -> str:
-    for ext in ("txt", "text"):
-        if ext in sample:
-            v = sample[ext]
-            return v.decode("utf-8") if isinstance(v, bytes) else str(v)
-    if "json" in sample:
-        v = sample["json"]
-        obj = json.loads(v) if isinstance(v, (bytes, str)) else v
-        if text_field in obj:
-            return str(obj[text_field])
-    raise ValueError(
-        f"no text member: members are {sorted(sample)}; expected .txt, or .json with a "
-        f"{text_field!r} field (set text_field=), or pre-tokenized .npy"
-    )
-
-
-def default_encode(
-    sample: Mapping[str, Any], tokenizer: Tokenizer | None, text_field: str = "text"
-) -> np.ndarray:
-    """Token ids of a text sample: pre-tokenized `.npy`, else `tokenizer(text)`."""
-    if "npy" in sample:
-        v = sample["npy"]
-        return np.load(io.BytesIO(v)).astype(np.int64).ravel() if isinstance(v, bytes) else \
-            np.asarray(v, dtype=np.int64).ravel()
-    if tokenizer is None:
-        raise ValueError("the sample is text but the loader has no tokenizer=; pass one")
-    return np.asarray(tokenizer(_text_of(sample, text_field)), dtype=np.int64)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -78,7 +46,7 @@ class BatchBuilder:
     """Everything a worker needs to turn (epoch, batch index) into this replica's micro-batches.
 
     Picklable: it travels to spawned DataLoader workers. `planner` has the signature of
-    `fcp_data.planner.plan_global_batch`; `encode(sample, key)` returns token ids.
+    `fcp_data.planner.plan_global_batch`; `encoder(source, pos)` reads and tokenizes a sample.
     """
 
     source: SampleSource
@@ -87,7 +55,7 @@ class BatchBuilder:
     cost: CostModel
     replica: int
     planner: Callable[..., Plan]
-    encode: Callable[[Mapping[str, Any]], np.ndarray]
+    encoder: SampleEncoder | CustomEncoder
     strategy: str = "fcp"
     on_too_long: Literal["raise", "drop"] = "raise"
     on_error: Literal["raise", "skip"] = "raise"
@@ -101,23 +69,24 @@ class BatchBuilder:
             seed=self.sampler.seed, on_too_long=self.on_too_long,
         )
 
-    def _read(self, pos: int, planned: int) -> tuple[np.ndarray, str | None]:
-        """Token ids of index position `pos`, or (padding, reason) when skipping a bad one."""
+    def _read(self, pos: int, planned: int) -> tuple[EncodedSample, str | None]:
+        """Sample at index position `pos`, or (padding, reason) when skipping a bad one."""
         key = str(self.source.keys[pos])
         try:
-            ids = self.encode(self.source.read(pos))
+            enc = self.encoder(self.source, pos)
         except Exception as e:  # any reader/decoder failure is this sample's, named by key
             if self.on_error == "raise":
                 raise SampleReadError(key, pos, f"{type(e).__name__}: {e}") from e
-            return np.full(planned, self.pad_id, dtype=np.int64), f"{type(e).__name__}: {e}"
-        if len(ids) != planned:
+            pad = np.full(planned, self.pad_id, dtype=np.int64)
+            return EncodedSample(tokens=pad), f"{type(e).__name__}: {e}"
+        if len(enc.tokens) != planned:
             raise SampleReadError(
                 key, pos,
-                f"tokenized to {len(ids)} tokens but the index says {planned}: the index was "
-                "built with another tokenizer or vision rule than the loader's; rebuild it "
+                f"tokenized to {len(enc.tokens)} tokens but the index says {planned}: the index "
+                "was built with another tokenizer or vision rule than the loader's; rebuild it "
                 "(fcp index --tokenizer ...) or pass the tokenizer it was built with",
             )
-        return ids, None
+        return enc, None
 
     def build(self, epoch: int, batch_index: int, order: np.ndarray | None = None) -> PlannedBatch:
         ids = self.sampler.batch(epoch, batch_index, order)
@@ -144,20 +113,30 @@ class BatchBuilder:
                 continue
             pos = tuple(int(ids[s]) for s in rp.sequence_ids)
             keys = tuple(str(self.source.keys[p]) for p in pos)
-            seqs, masked, bad = [], [], []
+            encs, masked, bad = [], [], []
             for p, k, L in zip(pos, keys, rp.seqlens):
-                tok, reason = self._read(p, int(L))
-                seqs.append(tok)
+                enc, reason = self._read(p, int(L))
+                encs.append(enc)
                 masked.append(reason is not None)
                 if reason is not None:
                     bad.append((k, reason))
             packed = pack_shard(
-                seqs, degree=rp.degree, index=rp.index_in_group, pad_id=self.pad_id, masked=masked
+                [e.tokens for e in encs], degree=rp.degree, index=rp.index_in_group,
+                pad_id=self.pad_id, masked=masked,
             )
+            vision: list[VisionInput] = []
+            for j, enc in enumerate(encs):
+                vi = self.encoder.vision_input(
+                    enc, sample_id=pos[j], key=keys[j], held=packed.global_positions[j],
+                    offset=int(packed.local_cu_seqlens_padded[j]),
+                )
+                if vi is not None:
+                    vision.append(vi)
             skipped.extend(bad)
             mbs.append(MicroBatch.from_packed(
                 packed, plan=rp, sample_ids=pos, keys=keys, global_num_loss_tokens=global_loss,
                 wave_groups=rings, epoch=epoch, batch_index=batch_index, skipped=tuple(bad),
+                vision=tuple(vision),
             ))
         metrics = BatchMetrics(
             epoch=epoch, batch_index=batch_index, num_sequences=len(ids),

@@ -26,20 +26,22 @@ __all__ = ["MicroBatch", "VisionInput"]
 
 @dataclass(kw_only=True, slots=True)
 class VisionInput:
-    """Decoded frames of one visual item and where their tokens sit in this replica's buffer.
+    """Decoded frames of one video and where their placeholder tokens sit in this buffer.
 
-    Only frames with at least one vision token on this replica are decoded (a frame whose tokens
-    straddle a chunk boundary is decoded by both owners). `token_positions` are local positions
-    in the packed buffer; `token_frame[k]` is the index into `frame_indices` of the frame that
-    token k belongs to.
+    Placeholders form temporal groups (Qwen: 2 frames each, InternVL: 1); only the groups with
+    a placeholder on this replica are decoded (a group straddling a chunk boundary is decoded
+    by both owners). `groups` are the global group ids decoded, `frame_indices` their source
+    frames (len(groups) * frames_per_group), `pixels` uint8 (T, H, W, 3); `token_positions` are
+    local positions in the packed buffer and `token_group[k]` indexes `groups` for token k.
     """
 
     sample_id: int
     key: str
+    groups: torch.Tensor
     frame_indices: torch.Tensor
     pixels: torch.Tensor | None
     token_positions: torch.Tensor
-    token_frame: torch.Tensor
+    token_group: torch.Tensor
     meta: dict[str, Any] = field(default_factory=dict)
 
 

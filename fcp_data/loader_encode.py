@@ -1,0 +1,160 @@
+"""Sample -> token ids (+ the video frames this replica needs): the loader's default encoder.
+
+Layout of a sequence (the length index counted exactly these tokens):
+
+* text: `tokenizer(text)` (or pre-tokenized `.npy`) followed by `special_tokens[i]` EOD ids
+  (the index's `text_special_tokens`, Megatron's end-of-document token);
+* video / image: `special` template ids, then `vision` placeholder ids, then the caption's ids.
+  The template tokens are emitted as `special_token_id` (a model's exact template, e.g.
+  Qwen3-VL's per-group timestamps, can be supplied with `LoaderOptions.encode`). Placeholders
+  form `grid[0]` equal temporal groups; group g is filled by frames
+  frame_indices[g*f:(g+1)*f] (f = 2 for Qwen's temporal patch, 1 for InternVL).
+
+A replica decodes only the groups with a placeholder in its zigzag shard: in a degree-4 group
+each member decodes about a quarter of a long video's frames instead of all of them (a group
+split across a chunk boundary is decoded by both owners).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .collate import VisionInput
+
+__all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
+
+Tokenizer = Callable[[str], Sequence[int]]
+VIDEO_EXTS = ("mp4", "mkv", "webm", "avi", "mov")
+TEXT, VIDEO = 0, 1
+
+
+@dataclass(kw_only=True, slots=True)
+class EncodedSample:
+    """Token ids of one sequence and, for media, where its placeholders start."""
+
+    tokens: np.ndarray
+    vision_start: int = 0
+    vision: Any = None  # readers.VisionTokens of a video
+    video: bytes | None = None
+
+
+def _decode_text(v: Any) -> str:
+    return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+
+
+@dataclass(kw_only=True, slots=True)
+class SampleEncoder:
+    """Picklable: runs in DataLoader workers. `rule` is a readers VisionTokenRule (video only)."""
+
+    tokenizer: Tokenizer | None = None
+    rule: Any = None
+    text_field: str = "text"
+    caption_field: str = "caption"
+    eod_id: int = 0
+    special_token_id: int = 0
+    vision_token_id: int = 0
+    decode_backend: str = "pyav"
+
+    def _ids(self, text: str) -> np.ndarray:
+        if self.tokenizer is None:
+            raise ValueError("the sample holds text but the loader has no tokenizer=; pass one")
+        return np.asarray(self.tokenizer(text), dtype=np.int64)
+
+    def text_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
+        if "npy" in sample:
+            return np.load(io.BytesIO(sample["npy"]), allow_pickle=False).astype(np.int64).ravel()
+        if "txt" in sample:
+            return self._ids(_decode_text(sample["txt"]))
+        if "json" in sample:
+            obj = json.loads(sample["json"])
+            if isinstance(obj, dict) and isinstance(obj.get(self.text_field), str):
+                return self._ids(obj[self.text_field])
+        raise ValueError(
+            f"no text member: members are {sorted(sample)}; expected .txt, .npy, or .json with "
+            f"a {self.text_field!r} field (LoaderOptions.text_field)"
+        )
+
+    def caption_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
+        if "txt" in sample:
+            return self._ids(_decode_text(sample["txt"]))
+        if "json" in sample:
+            obj = json.loads(sample["json"])
+            if isinstance(obj, dict) and isinstance(obj.get(self.caption_field), str):
+                return self._ids(obj[self.caption_field])
+        return np.zeros(0, dtype=np.int64)
+
+    def __call__(self, source: Any, pos: int) -> EncodedSample:
+        sample = source.read(pos)
+        modality = int(source.modality[pos]) if hasattr(source, "modality") else TEXT
+        special = int(source.special_tokens[pos]) if hasattr(source, "special_tokens") else 0
+        if modality == TEXT:
+            ids = self.text_ids(sample)
+            return EncodedSample(tokens=np.concatenate([ids, np.full(special, self.eod_id)]))
+        if modality != VIDEO:
+            raise ValueError(
+                f"modality {modality} (image) is not collated by the default encoder yet; pass "
+                "LoaderOptions.encode or index text and video only"
+            )
+        if self.rule is None:
+            raise ValueError("a video sample needs vision_rule= on the loader (the index's rule)")
+        vt = self.rule.video(num_frames=int(source.num_frames[pos]), fps=float(source.fps[pos]),
+                             height=int(source.height[pos]), width=int(source.width[pos]))
+        ext = next((e for e in VIDEO_EXTS if e in sample), None)
+        if ext is None:
+            raise ValueError(f"video sample has no video member (members {sorted(sample)})")
+        tokens = np.concatenate([
+            np.full(vt.special, self.special_token_id), np.full(vt.vision, self.vision_token_id),
+            self.caption_ids(sample),
+        ]).astype(np.int64)
+        return EncodedSample(tokens=tokens, vision_start=vt.special, vision=vt, video=sample[ext])
+
+    def vision_input(
+        self, enc: EncodedSample, *, sample_id: int, key: str, held: np.ndarray, offset: int
+    ) -> VisionInput | None:
+        """Frames for the placeholders among global positions `held` (local order, at `offset`)."""
+        vt = enc.vision
+        if vt is None or vt.vision == 0 or enc.video is None:
+            return None
+        k = held - enc.vision_start
+        mine = np.flatnonzero((k >= 0) & (k < vt.vision))
+        if mine.size == 0:
+            return None
+        from .readers import decode_frames
+
+        groups_total = max(1, int(vt.grid[0]))
+        per_group = vt.vision // groups_total
+        frames_per_group = max(1, len(vt.frame_indices) // groups_total)
+        token_group = k[mine] // per_group
+        groups = np.unique(token_group)
+        frames = [vt.frame_indices[g * frames_per_group + j]
+                  for g in groups for j in range(frames_per_group)
+                  if g * frames_per_group + j < len(vt.frame_indices)]
+        pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend)
+        return VisionInput(
+            sample_id=sample_id, key=key, groups=torch.from_numpy(groups),
+            frame_indices=torch.tensor(frames, dtype=torch.int64), pixels=pixels,
+            token_positions=torch.from_numpy(offset + mine),
+            token_group=torch.from_numpy(np.searchsorted(groups, token_group)),
+            meta={"grid": tuple(vt.grid), "resized": tuple(vt.resized),
+                  "frames_per_group": frames_per_group},
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class CustomEncoder:
+    """Adapts a user's `encode(sample) -> token ids` (LoaderOptions.encode) to the loader."""
+
+    fn: Callable[[Mapping[str, Any]], np.ndarray]
+
+    def __call__(self, source: Any, pos: int) -> EncodedSample:
+        return EncodedSample(tokens=np.asarray(self.fn(source.read(pos)), dtype=np.int64))
+
+    def vision_input(self, enc: EncodedSample, **_: Any) -> VisionInput | None:
+        return None
