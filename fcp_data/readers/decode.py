@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 
 from .rules_base import VisionTokenRule, VisionTokens
 
-__all__ = ["decode_frames", "decode_sample_video", "groups_for_token_range"]
+if TYPE_CHECKING:
+    from .length_index import LengthIndex
+
+__all__ = ["decode_frames", "decode_index_video", "decode_sample_video", "groups_for_token_range"]
 
 
 def _pyav_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
@@ -91,3 +94,27 @@ def decode_sample_video(data: bytes, rule: VisionTokenRule, *, num_frames: int, 
         groups = groups_for_token_range(vt, *token_range)
         indices = indices[groups.start * per_group:groups.stop * per_group]
     return decode_frames(data, indices, vt.resized, backend=backend)
+
+
+def decode_index_video(index: LengthIndex, i: int, *, rule: VisionTokenRule | None = None,
+                       token_range: tuple[int, int] | None = None,
+                       backend: Literal["pyav", "decord"] = "pyav") -> torch.Tensor:
+    """Frames of video sample i of `index`, under the rule the index was built with (default).
+
+    The same rule object gives the same frame indices and size as the token count in
+    `index.vision_tokens[i]`, so the decoded tensor always matches the planned length.
+    """
+    from .rules import get_rule
+    from .scan import VIDEO_EXTS
+
+    if index.modality_name(i) != "video":
+        raise ValueError(f"sample {i} ({index.keys[i]}) is {index.modality_name(i)}, not video")
+    if rule is None:
+        scan = index.header.scan
+        rule = get_rule(scan.vision_rule, **scan.rule_overrides)
+    members = index.read(i)
+    ext = next(e for e in VIDEO_EXTS if e in members)
+    return decode_sample_video(members[ext], rule, num_frames=int(index.num_frames[i]),
+                               fps=float(index.fps[i]), height=int(index.height[i]),
+                               width=int(index.width[i]), token_range=token_range,
+                               backend=backend)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -43,7 +43,7 @@ class LengthIndex:
     def __init__(self, path: Path, header: IndexHeader, arrays: dict[str, np.ndarray]) -> None:
         self.path, self.header = path, header
         self._a = arrays
-        self._files: OrderedDict[int, IO[bytes]] = OrderedDict()
+        self._files: OrderedDict[int, int] = OrderedDict()  # shard -> fd, LRU
         self.shard_urls = [u.url if not is_seekable(u.url) else str((path / u.url).resolve())
                            for u in header.shards]
 
@@ -194,20 +194,19 @@ class LengthIndex:
         if not is_seekable(url):
             raise ValueError(f"sample {i} lives in {url!r}, a pipe; random access needs a local "
                              "file: copy the shards locally and re-index, or stream them")
-        f = self._files.get(shard)
-        if f is None:
-            f = open(url, "rb")  # noqa: SIM115 - cached, closed by close()
-            self._files[shard] = f
+        fd = self._files.get(shard)
+        if fd is None:
+            fd = os.open(url, os.O_RDONLY)
+            self._files[shard] = fd
             if len(self._files) > MAX_OPEN_SHARDS:
-                self._files.popitem(last=False)[1].close()
+                os.close(self._files.popitem(last=False)[1])
         else:
             self._files.move_to_end(shard)
         out: dict[str, bytes] = {}
         for ext, (offset, size) in self.members(i).items():
             if exts is not None and ext not in exts:
                 continue
-            f.seek(offset)
-            data = f.read(size)
+            data = os.pread(fd, size, offset)  # no shared file position: thread-safe
             if len(data) != size:
                 raise StaleIndexError(f"{url}: sample {i} member .{ext} truncated; the shard "
                                       "changed since indexing, rebuild with `fcp index`")
@@ -216,7 +215,12 @@ class LengthIndex:
 
     def close(self) -> None:
         while self._files:
-            self._files.popitem()[1].close()
+            os.close(self._files.popitem()[1])
+
+    def __del__(self) -> None:
+        files = self.__dict__.get("_files")
+        while files:
+            os.close(files.popitem()[1])
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return _reopen, (str(self.path),)

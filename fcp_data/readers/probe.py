@@ -67,6 +67,13 @@ def probe_fields(data: bytes, backend: Backend) -> tuple[str, dict[str, Any]]:
         except ImportError:
             if backend == "decord":
                 raise
+        except Exception as exc:  # decord raises its own DECORDError and RuntimeErrors
+            if backend == "decord":
+                raise
+            try:
+                return "pyav", _pyav_fields(data)
+            except Exception as exc2:
+                raise ValueError(f"decord: {exc}; PyAV fallback: {exc2}") from exc2
     return "pyav", _pyav_fields(data)
 
 
@@ -112,6 +119,8 @@ class Prober:
         conn.send((self.backend, data))
         if not conn.poll(self.timeout_s):
             self.close(kill=True)
+            if self.backend == "auto":  # decord may hang (decord#373): PyAV gets one try
+                return Prober("pyav", self.timeout_s)._probe_once_and_close(data)
             raise ProbeTimeout(
                 f"video probe ({self.backend}) took over {self.timeout_s:g} s; the video may be "
                 "corrupt, or raise the probe timeout")
@@ -124,6 +133,12 @@ class Prober:
         if status != "ok":
             raise ValueError(f"video does not decode ({used}: {payload})")
         return video_meta_from_fields(payload, source=used)
+
+    def _probe_once_and_close(self, data: bytes) -> VideoMeta:
+        try:
+            return self.probe(data)
+        finally:
+            self.close(kill=True)
 
     def close(self, kill: bool = False) -> None:
         if self._proc is None:

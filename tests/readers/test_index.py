@@ -155,3 +155,22 @@ def test_open_non_index_names_the_fix(tmp_path: Path) -> None:
 
 def test_scan_config_round_trips_in_header(built_index: LengthIndex) -> None:
     assert built_index.header.scan == ScanConfig()
+
+
+def test_decode_index_video_matches_planned_tokens(built_index: LengthIndex) -> None:
+    from fcp_data.readers import decode_index_video, get_rule
+
+    idx = built_index
+    vids = np.flatnonzero(idx.modality == 1)
+    rule = get_rule(idx.header.rule["name"])
+    for i in vids[:3]:
+        frames = decode_index_video(idx, int(i))
+        t, h, w, c = frames.shape
+        # Qwen: (T / 2 temporal groups) x (H/14 x W/14 patches) / (2x2 merge)
+        assert idx.vision_tokens[i] == (t // 2) * (h // 14) * (w // 14) // 4
+        assert c == 3 and t % 2 == 0
+        vt = rule.video(num_frames=int(idx.num_frames[i]), fps=float(idx.fps[i]),
+                        height=int(idx.height[i]), width=int(idx.width[i]))
+        assert (h, w) == vt.resized
+    with pytest.raises(ValueError, match="not video"):
+        decode_index_video(idx, 0)

@@ -110,3 +110,20 @@ def test_resize_is_a_real_resize(clip: bytes) -> None:
     small = decode_frames(clip, [0], (32, 48)).numpy()[0].astype(np.float64)
     big = decode_frames(clip, [0], (64, 96)).numpy()[0].astype(np.float64)
     assert abs(small.mean() - big.mean()) < 5  # same picture, different size
+
+
+def test_auto_probe_falls_back_to_pyav_and_reports_both() -> None:
+    pytest.importorskip("decord")
+    with Prober("auto", timeout_s=30) as p, pytest.raises(ValueError, match="PyAV fallback"):
+        p.probe(b"\x00garbage" * 200)
+
+
+def test_index_read_is_thread_safe(built_index) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    idx = built_index
+    want = [idx.read(i) for i in range(len(idx))]
+    order = list(range(len(idx))) * 4
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(idx.read, order))
+    assert all(g == want[i] for g, i in zip(got, order))
