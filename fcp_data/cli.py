@@ -44,9 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as exc:
-        from rich.console import Console
-
-        Console(stderr=True).print(f"[bold red]fcp {args.command}:[/] {exc}")
+        print(f"fcp {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -108,10 +108,11 @@ def plan_global_batch(
     too_long = np.flatnonzero(prob.dmin == 0)
     if too_long.size and on_too_long == "raise":
         shown = too_long[:5].tolist()
+        pow2_note = " at power-of-two degrees" if strategy == "pow2" else ""
         raise ValueError(
             f"{too_long.size} sequence(s) cannot fit even on all {prob.n} replicas of "
             f"{prob.cap} tokens each (ids {shown}, lengths {prob.lens[shown].tolist()}; the "
-            f"cluster holds at most {prob.n * prob.cap} tokens per sequence{' at power-of-two degrees' if strategy == 'pow2' else ''}): "
+            f"cluster holds at most {prob.n * prob.cap} tokens per sequence{pow2_note}): "
             "raise tokens_per_replica / memory_bytes, add replicas, truncate such samples, or "
             "pass on_too_long='drop' to leave them out and count them in Plan.dropped"
         )

@@ -45,8 +45,13 @@ def static_megatron(prob: Problem, units: np.ndarray | None = None) -> Schedule 
         mbs = _next_fit(prob.lens, ids, d, prob.cap)
         groups = prob.n // d
         starts = np.array([(j % groups) * d for j in range(len(mbs))], np.int64)
+        grp = np.repeat(np.arange(len(mbs)), [m.size for m in mbs])
         sch = Schedule(
-            name=f"static(d={d})", starts=starts, degs=np.full(len(mbs), d, np.int64), members=mbs
+            name=f"static(d={d})",
+            starts=starts,
+            degs=np.full(len(mbs), d, np.int64),
+            units=np.concatenate(mbs),
+            unit_group=grp,
         ).score(prob)
         if best is None or sch.makespan < best.makespan:
             best = sch
@@ -102,7 +107,8 @@ def megatron_hybrid(prob: Problem, units: np.ndarray | None = None) -> Schedule:
         name="megatron-hybrid",
         starts=np.array([r[0] for r in reps], np.int64),
         degs=np.array([r.size for r in reps], np.int64),
-        members=members,
+        units=np.concatenate(members),
+        unit_group=np.arange(len(members)),
         barrier_after=barrier,
         replica_sets=reps,
     ).score(prob)

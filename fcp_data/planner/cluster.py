@@ -71,7 +71,9 @@ class Cluster:
         object.__setattr__(self, "num_replicas", int(num_replicas))
         object.__setattr__(self, "replicas_per_node", min(rpn, int(num_replicas)))
         object.__setattr__(
-            self, "tokens_per_replica", None if tokens_per_replica is None else int(tokens_per_replica)
+            self,
+            "tokens_per_replica",
+            None if tokens_per_replica is None else int(tokens_per_replica),
         )
         object.__setattr__(
             self, "memory_bytes", None if memory_bytes is None else float(memory_bytes)

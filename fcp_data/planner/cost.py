@@ -98,7 +98,7 @@ class CostModel:
         causal: bool | Sequence[bool] | np.ndarray = True,
         vision_tokens: Sequence[int] | np.ndarray | None = None,
     ) -> tuple[float, float, float]:
-        """(attention work, linear work, comm bytes) of a group at d = 1: Σα1(1+η)s², Σα2 s, Σα3 s."""
+        """(attention, linear, comm bytes) of a group at d = 1: Σα1(1+η)s², Σα2 s, Σα3 s."""
         s = np.asarray(seqlens, dtype=np.float64)
         c = np.broadcast_to(np.asarray(causal, dtype=bool), s.shape)
         att = float(np.sum(self.alpha1 * (1.0 + np.where(c, 0.0, self.eta_full)) * s * s))
@@ -108,7 +108,13 @@ class CostModel:
         return att, lin, float(self.alpha3 * s.sum())
 
     def time_from_aggregates(
-        self, att: float, lin: float, comm: float, degree: int, *, inter_node: bool = False,
+        self,
+        att: float,
+        lin: float,
+        comm: float,
+        degree: int,
+        *,
+        inter_node: bool = False,
         speed: float = 1.0,
     ) -> float:
         """T(G, d) from a group's d = 1 aggregates (see module docstring)."""
@@ -134,13 +140,9 @@ class CostModel:
         if int(degree) < 1:
             raise ValueError(f"degree={degree} must be >= 1")
         att, lin, comm = self.aggregates(seqlens, causal, vision_tokens)
-        return self.time_from_aggregates(
-            att, lin, comm, degree, inter_node=inter_node, speed=speed
-        )
+        return self.time_from_aggregates(att, lin, comm, degree, inter_node=inter_node, speed=speed)
 
-    def sequence_work(
-        self, seqlens: np.ndarray, causal: np.ndarray | bool = True
-    ) -> np.ndarray:
+    def sequence_work(self, seqlens: np.ndarray, causal: np.ndarray | bool = True) -> np.ndarray:
         """Replica-seconds each sequence needs at the least (d · T without comm or β1).
 
         d·A and d·L do not depend on d, so this is a lower bound on any plan's work.
@@ -163,10 +165,7 @@ class CostModel:
             return 1
         d = max(1, -(-int(s.sum()) // cap))
         while d <= cluster.num_replicas:
-            if d == 1:
-                local = int(s.sum())
-            else:
-                local = int(np.sum(-(-s // (2 * d)) * 2))
+            local = int(s.sum()) if d == 1 else int(np.sum(-(-s // (2 * d)) * 2))
             if local <= cap:
                 return d
             d += 1
@@ -179,7 +178,9 @@ class CostModel:
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
-    def from_model(cls, model: str | ModelSpec, device: str | DeviceSpec, **overrides: Any) -> CostModel:
+    def from_model(
+        cls, model: str | ModelSpec, device: str | DeviceSpec, **overrides: Any
+    ) -> CostModel:
         """Estimate coefficients from a model config and a device (no profile needed).
 
         `model` and `device` are preset names (`"qwen3-8b"`, `"h200"`, ...; see
@@ -209,4 +210,6 @@ class CostModel:
     def perturbed(self, rng: np.random.Generator, noise: float) -> CostModel:
         """A copy with alpha/beta coefficients scaled by U(1 − noise, 1 + noise) (robustness)."""
         keys = ("alpha1", "alpha2", "alpha3", "beta1", "beta2")
-        return replace(self, **{k: getattr(self, k) * float(rng.uniform(1 - noise, 1 + noise)) for k in keys})
+        return replace(
+            self, **{k: getattr(self, k) * float(rng.uniform(1 - noise, 1 + noise)) for k in keys}
+        )

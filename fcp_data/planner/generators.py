@@ -6,7 +6,8 @@ tokens by a vision rate (Qwen2-VL family: tokens per second of video at 2 fps af
 long-tail effect needs a tail, so text profiles splice a Pareto tail (alpha 1.6 above 8K, the
 Olmo 3 long-document pool: counts fall ~0.33× per doubling) onto the log-normal body: the
 samples the body puts above 8K (4.5% for GitHub, 0.4% Wikipedia, 0.07% C4) keep their share
-but are redrawn from the Pareto, so the mass is continuous at 8K and only the shape changes. Users can pass their own arrays anywhere lengths are taken.
+but are redrawn from the Pareto, so the mass is continuous at 8K and only the shape changes.
+Users can pass their own arrays anywhere lengths are taken.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ def _lognormal(mu: float, sigma: float, lo: int, hi: int, tail: bool = False):
     return draw
 
 
-def _video(seconds: Callable[[np.random.Generator, int], np.ndarray], tokens_per_second: np.ndarray, probs: np.ndarray):
+def _video(
+    seconds: Callable[[np.random.Generator, int], np.ndarray],
+    tokens_per_second: np.ndarray,
+    probs: np.ndarray,
+):
     def draw(rng: np.random.Generator, n: int) -> np.ndarray:
         sec = seconds(rng, n)
         rate = rng.choice(tokens_per_second, size=n, p=probs)
@@ -91,7 +96,11 @@ PROFILES: dict[str, LengthProfile] = {
             name="msrvtt",
             source="MSR-VTT: 41.2 h / 10K clips = 14.8 s; log-normal(ln 14, 0.33) clip [5, 35] s "
             "(sigma assumed); 299 or 720 tokens/s",
-            draw=_video(lambda r, n: np.clip(r.lognormal(np.log(14), 0.33, n), 5, 35), _RATES, np.array([0.5, 0.5])),
+            draw=_video(
+                lambda r, n: np.clip(r.lognormal(np.log(14), 0.33, n), 5, 35),
+                _RATES,
+                np.array([0.5, 0.5]),
+            ),
         ),
         LengthProfile(
             name="internvid",
@@ -102,7 +111,9 @@ PROFILES: dict[str, LengthProfile] = {
         LengthProfile(
             name="openvid",
             source="OpenVid-1M: >= 512×512, mean 7.2 s; log-normal(ln 6, 0.6) s; 720 tokens/s",
-            draw=_video(lambda r, n: r.lognormal(np.log(6), 0.6, n), np.array([720.0]), np.array([1.0])),
+            draw=_video(
+                lambda r, n: r.lognormal(np.log(6), 0.6, n), np.array([720.0]), np.array([1.0])
+            ),
         ),
         LengthProfile(
             name="longmix",

@@ -15,16 +15,16 @@ import numpy as np
 __all__ = [
     "bfd_pack",
     "compact_windows",
-    "lanes_for_target",
-    "pack_lanes",
-    "refine_moves",
-    "unit_lane_time",
     "critical_path",
     "deal_lpt",
     "dp_degrees",
     "group_time",
+    "lanes_for_target",
     "list_schedule",
+    "pack_lanes",
     "pack_local",
+    "refine_moves",
+    "unit_lane_time",
 ]
 
 INF = 1e300
@@ -168,15 +168,15 @@ def deal_lpt(att, lin, comm, dmin, order, lane_deg, lane_inter, lane_speed, over
         u = order[t]
         best = -1
         bf = INF
-        for l in range(nl):
-            d = lane_deg[l]
+        for ln in range(nl):
+            d = lane_deg[ln]
             if d < dmin[u]:
                 continue
-            f = load[l] + group_time(att[u], lin[u], comm[u], d, lane_inter[l], lane_speed[l], q)
-            f += overhead[u] / d / lane_speed[l]
+            f = load[ln] + group_time(att[u], lin[u], comm[u], d, lane_inter[ln], lane_speed[ln], q)
+            f += overhead[u] / d / lane_speed[ln]
             if f < bf:
                 bf = f
-                best = l
+                best = ln
         if best >= 0:
             load[best] = bf
             lane_of[u] = best
@@ -254,7 +254,7 @@ def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed,
 
 @nb.njit(cache=True)
 def critical_path(starts, degs, times, n: int):
-    """Makespan of groups run in order on contiguous windows: each starts when its window is free."""
+    """Makespan of groups run in order on contiguous windows, each starting when free."""
     free = np.zeros(n)
     for g in range(starts.shape[0]):
         s = starts[g]
@@ -275,8 +275,20 @@ def unit_lane_time(att, lin, comm, overhead, u, d, inter, speed, q) -> float:
 
 
 @nb.njit(cache=True)
-def refine_moves(att, lin, comm, dmin, overhead, lane_of, load, lane_deg, lane_inter,
-                 lane_speed, max_iter: int, p):
+def refine_moves(
+    att,
+    lin,
+    comm,
+    dmin,
+    overhead,
+    lane_of,
+    load,
+    lane_deg,
+    lane_inter,
+    lane_speed,
+    max_iter: int,
+    p,
+):
     """Move units off the most loaded lane while that lowers the maximum load.
 
     Each iteration takes the lane that finishes last and applies the single move of one of its
@@ -288,9 +300,9 @@ def refine_moves(att, lin, comm, dmin, overhead, lane_of, load, lane_deg, lane_i
     k = att.shape[0]
     for _ in range(max_iter):
         m = 0
-        for l in range(1, nl):
-            if load[l] > load[m]:
-                m = l
+        for ln in range(1, nl):
+            if load[ln] > load[m]:
+                m = ln
         best_new = load[m] * (1.0 - 1e-12)
         bu = -1
         bl = -1
@@ -299,18 +311,22 @@ def refine_moves(att, lin, comm, dmin, overhead, lane_of, load, lane_deg, lane_i
         for u in range(k):
             if lane_of[u] != m:
                 continue
-            cm = unit_lane_time(att, lin, comm, overhead, u, lane_deg[m], lane_inter[m], lane_speed[m], q)
-            for l in range(nl):
-                if l == m or lane_deg[l] < dmin[u]:
+            cm = unit_lane_time(
+                att, lin, comm, overhead, u, lane_deg[m], lane_inter[m], lane_speed[m], q
+            )
+            for ln in range(nl):
+                if ln == m or lane_deg[ln] < dmin[u]:
                     continue
-                if load[l] >= best_new:
+                if load[ln] >= best_new:
                     continue
-                cl = unit_lane_time(att, lin, comm, overhead, u, lane_deg[l], lane_inter[l], lane_speed[l], q)
-                new = max(load[m] - cm, load[l] + cl)
+                cl = unit_lane_time(
+                    att, lin, comm, overhead, u, lane_deg[ln], lane_inter[ln], lane_speed[ln], q
+                )
+                new = max(load[m] - cm, load[ln] + cl)
                 if new < best_new:
                     best_new = new
                     bu = u
-                    bl = l
+                    bl = ln
                     bcm = cm
                     bcl = cl
         if bu < 0:
@@ -339,19 +355,19 @@ def pack_lanes(lens, lane_of, lane_deg, order, cap: int, nlanes: int):
     lane_first = np.full(nlanes, -1, np.int64)
     lane_units = np.zeros(nlanes, np.int64)
     for t in range(order.shape[0]):
-        l = lane_of[order[t]]
-        if l >= 0:
-            lane_units[l] += 1
+        ln = lane_of[order[t]]
+        if ln >= 0:
+            lane_units[ln] += 1
     # process lane by lane so that a lane's micro-batches are contiguous
-    for l in range(nlanes):
-        if lane_units[l] == 0:
+    for ln in range(nlanes):
+        if lane_units[ln] == 0:
             continue
-        d = lane_deg[l]
+        d = lane_deg[ln]
         first = nmb
-        lane_first[l] = first
+        lane_first[ln] = first
         for t in range(order.shape[0]):
             u = order[t]
-            if lane_of[u] != l:
+            if lane_of[u] != ln:
                 continue
             s = pack_local(lens[u], d)
             best = -1
@@ -362,9 +378,9 @@ def pack_lanes(lens, lane_of, lane_deg, order, cap: int, nlanes: int):
                     best = b
                     best_rem = rem
             if best < 0:
-                mb_lane[nmb] = l
-                mb_rank[nmb] = lane_count[l]
-                lane_count[l] += 1
+                mb_lane[nmb] = ln
+                mb_rank[nmb] = lane_count[ln]
+                lane_count[ln] += 1
                 mb_used[nmb] = s
                 mb_of[u] = nmb
                 nmb += 1
@@ -375,8 +391,9 @@ def pack_lanes(lens, lane_of, lane_deg, order, cap: int, nlanes: int):
 
 
 @nb.njit(cache=True)
-def lanes_for_target(att, lin, comm, dmin, overhead, order, target, n: int, rpn: int, allowed,
-                     p, credit: float):
+def lanes_for_target(
+    att, lin, comm, dmin, overhead, order, target, n: int, rpn: int, allowed, p, credit: float
+):
     """Dual approximation: the lanes needed so that every unit finishes within `target`.
 
     A unit needs the smallest allowed degree d >= dmin with T(u, d) <= target. Units that need
@@ -410,18 +427,24 @@ def lanes_for_target(att, lin, comm, dmin, overhead, order, target, n: int, rpn:
             narrow += unit_lane_time(att, lin, comm, overhead, u, 1, False, 1.0, q)
             continue
         best = -1
-        for l in range(nl):
-            if lane_deg[l] < need:
+        for ln in range(nl):
+            if lane_deg[ln] < need:
                 continue
-            tt = unit_lane_time(att, lin, comm, overhead, u, lane_deg[l], lane_deg[l] > rpn, 1.0, q)
-            if lane_load[l] + tt > target:
+            tt = unit_lane_time(
+                att, lin, comm, overhead, u, lane_deg[ln], lane_deg[ln] > rpn, 1.0, q
+            )
+            if lane_load[ln] + tt > target:
                 continue
-            if best < 0 or lane_deg[l] < lane_deg[best] or (
-                lane_deg[l] == lane_deg[best] and lane_load[l] > lane_load[best]
+            if (
+                best < 0
+                or lane_deg[ln] < lane_deg[best]
+                or (lane_deg[ln] == lane_deg[best] and lane_load[ln] > lane_load[best])
             ):
-                best = l
+                best = ln
         if best >= 0:
-            lane_load[best] += unit_lane_time(att, lin, comm, overhead, u, lane_deg[best], lane_deg[best] > rpn, 1.0, q)
+            lane_load[best] += unit_lane_time(
+                att, lin, comm, overhead, u, lane_deg[best], lane_deg[best] > rpn, 1.0, q
+            )
         else:
             if used + need > n:
                 return lane_deg[:0].copy(), -1
@@ -430,8 +453,8 @@ def lanes_for_target(att, lin, comm, dmin, overhead, order, target, n: int, rpn:
             nl += 1
             used += need
     spare = 0.0
-    for l in range(nl):
-        spare += (target - lane_load[l]) * lane_deg[l]
+    for ln in range(nl):
+        spare += (target - lane_load[ln]) * lane_deg[ln]
     rest = narrow - credit * spare
     k1 = 0
     if rest > 0:

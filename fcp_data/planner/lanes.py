@@ -46,51 +46,74 @@ def _free_after(prob: Problem, prologue: Schedule | None) -> np.ndarray:
     return free
 
 
-def _deal(prob: Problem, degs: np.ndarray, units: np.ndarray, refine: bool,
-          free: np.ndarray) -> _Deal | None:
+def _deal(
+    prob: Problem, degs: np.ndarray, units: np.ndarray, refine: bool, free: np.ndarray
+) -> _Deal | None:
     starts = place_degrees(degs, prob.n, prob.rpn)
     inter = (starts // prob.rpn) != ((starts + degs - 1) // prob.rpn)
     if prob.cluster.heterogeneous:
         speed = np.array([prob.speed[s : s + d].min() for s, d in zip(starts, degs)])
     else:
         speed = np.ones(degs.size)
-    load0 = np.array([free[s : s + d].max() for s, d in zip(starts, degs)]) if free.any() \
+    load0 = (
+        np.array([free[s : s + d].max() for s, d in zip(starts, degs)])
+        if free.any()
         else np.zeros(degs.size)
+    )
     over = _overhead(prob)
-    lane_of, load = deal_lpt(prob.att, prob.lin, prob.comm, prob.dmin, units, degs, inter,
-                             speed, over, load0, prob.p)
+    lane_of, load = deal_lpt(
+        prob.att, prob.lin, prob.comm, prob.dmin, units, degs, inter, speed, over, load0, prob.p
+    )
     if np.any(lane_of[units] < 0):
         return None
     if refine:
         budget = int(min(400, max(8, 3e7 // max(1, units.size * degs.size))))
-        lane_of, load = refine_moves(prob.att, prob.lin, prob.comm, prob.dmin, over, lane_of,
-                                     load, degs, inter, speed, budget, prob.p)
+        lane_of, load = refine_moves(
+            prob.att,
+            prob.lin,
+            prob.comm,
+            prob.dmin,
+            over,
+            lane_of,
+            load,
+            degs,
+            inter,
+            speed,
+            budget,
+            prob.p,
+        )
     return _Deal(starts=starts, degs=degs, lane_of=lane_of, load=load)
 
 
-def _finish(prob: Problem, deal: _Deal, units: np.ndarray, name: str,
-            prologue: Schedule | None) -> Schedule:
-    mb_of, mb_lane, mb_rank = pack_lanes(prob.lens, deal.lane_of, deal.degs, units, prob.cap,
-                                         deal.degs.size)
+def _finish(
+    prob: Problem, deal: _Deal, units: np.ndarray, name: str, prologue: Schedule | None
+) -> Schedule:
+    mb_of, mb_lane, mb_rank = pack_lanes(
+        prob.lens, deal.lane_of, deal.degs, units, prob.cap, deal.degs.size
+    )
     # Execution order: round by round (k-th micro-batch of every lane), lanes left to right.
     exec_order = np.lexsort((deal.starts[mb_lane], mb_rank))
     pos = np.empty_like(exec_order)
     pos[exec_order] = np.arange(exec_order.size)
     grp = pos[mb_of[units]]
-    srt = np.argsort(grp, kind="stable")
-    members = np.split(units[srt], np.cumsum(np.bincount(grp, minlength=exec_order.size))[:-1])
     lanes = mb_lane[exec_order]
     starts, degs = deal.starts[lanes], deal.degs[lanes]
     if prologue is not None:
         starts = np.concatenate([prologue.starts, starts])
         degs = np.concatenate([prologue.degs, degs])
-        members = [*prologue.members, *members]
-    return Schedule(name=name, starts=starts, degs=degs, members=members).score(prob)
+        grp = np.concatenate([prologue.unit_group, grp + prologue.starts.size])
+        units = np.concatenate([prologue.units, units])
+    return Schedule(name=name, starts=starts, degs=degs, units=units, unit_group=grp).score(prob)
 
 
 def lane_schedule(
-    prob: Problem, lane_degs: list[int] | np.ndarray, name: str, *, refine: bool = True,
-    units: np.ndarray | None = None, prologue: Schedule | None = None,
+    prob: Problem,
+    lane_degs: list[int] | np.ndarray,
+    name: str,
+    *,
+    refine: bool = True,
+    units: np.ndarray | None = None,
+    prologue: Schedule | None = None,
 ) -> Schedule | None:
     """Deal `units` (default: all sequences) onto lanes of the given degrees; None if some
     sequence fits no lane."""
@@ -139,8 +162,18 @@ def static_balanced(prob: Problem, units: np.ndarray | None = None) -> Schedule 
 
 def _feasible(prob: Problem, target: float, credit: float, units: np.ndarray):
     wide, k1 = lanes_for_target(
-        prob.att, prob.lin, prob.comm, prob.dmin, _overhead(prob), units, target, prob.n,
-        prob.rpn, prob.allowed, prob.p, credit,
+        prob.att,
+        prob.lin,
+        prob.comm,
+        prob.dmin,
+        _overhead(prob),
+        units,
+        target,
+        prob.n,
+        prob.rpn,
+        prob.allowed,
+        prob.p,
+        credit,
     )
     return (wide, k1) if k1 >= 0 else None
 
@@ -156,8 +189,8 @@ def _smallest_target(prob: Problem, lower: float, credit: float, units: np.ndarr
     if found is None:
         return None
     lo = hi / 1.5 if grow else hi
-    for _ in range(18):
-        if hi - lo <= 1e-4 * hi:
+    for _ in range(12):
+        if hi - lo <= 2e-3 * hi:
             break
         mid = 0.5 * (lo + hi)
         got = _feasible(prob, mid, credit, units)
@@ -169,8 +202,11 @@ def _smallest_target(prob: Problem, lower: float, credit: float, units: np.ndarr
 
 
 def lane_candidates(
-    prob: Problem, lower: float, units: np.ndarray | None = None,
-    prologue: Schedule | None = None, credits: tuple[float, ...] = (0.0, 0.8),
+    prob: Problem,
+    lower: float,
+    units: np.ndarray | None = None,
+    prologue: Schedule | None = None,
+    credits: tuple[float, ...] = (0.0, 0.8),
 ) -> list[Schedule]:
     """Mixed-degree lanes from the dual approximation, one per credit setting."""
     ids = prob.order if units is None else units
@@ -182,8 +218,9 @@ def lane_candidates(
         if found is None:
             continue
         wide, _ = found
-        degs = np.array(sorted([*wide.tolist(), *[1] * (prob.n - int(wide.sum()))],
-                               reverse=True), np.int64)
+        degs = np.array(
+            sorted([*wide.tolist(), *[1] * (prob.n - int(wide.sum()))], reverse=True), np.int64
+        )
         deal = _deal(prob, degs, ids, True, free)
         if deal is not None:
             out.append(_finish(prob, deal, ids, f"{tag}lanes(credit={credit})", prologue))

@@ -23,15 +23,25 @@ def moldable_schedule(
     if order.size * prob.n * (extra + 1) > 4e7:
         extra = max(1, int(4e7 // max(1, order.size * prob.n)) - 1)
     w_start, w_deg, _, span = list_schedule(
-        prob.att, prob.lin, prob.comm, prob.dmin, order, prob.n, prob.rpn, prob.allowed,
-        prob.speed, extra, prob.p,
+        prob.att,
+        prob.lin,
+        prob.comm,
+        prob.dmin,
+        order,
+        prob.n,
+        prob.rpn,
+        prob.allowed,
+        prob.speed,
+        extra,
+        prob.p,
     )
     if span >= 1e299:
         return None
     g_of, g_start, g_deg = compact_windows(prob.lens, order, w_start, w_deg, prob.n, prob.cap)
-    ids = order
-    grp = g_of[ids]
-    srt = np.argsort(grp, kind="stable")
-    members = np.split(ids[srt], np.cumsum(np.bincount(grp, minlength=g_start.size))[:-1])
-    return Schedule(name=f"moldable(extra={extra})", starts=g_start, degs=g_deg,
-                    members=members).score(prob)
+    return Schedule(
+        name=f"moldable(extra={extra})",
+        starts=g_start,
+        degs=g_deg,
+        units=order,
+        unit_group=g_of[order],
+    ).score(prob)

@@ -6,89 +6,119 @@ the atomic groups. When their minimum degrees do not fit N replicas at once the 
 into waves, atomic groups dealt longest first to the wave with the least work that still has
 room; several wave counts are tried. Stage 2 gives each wave's groups their degrees with the
 exact DP of Eq. 11 (`kernels.dp_degrees`), placement puts them on concrete replicas, and the
-biggest groups of a wave go to the windows that free up first.
+biggest groups of a wave go to the windows that free up first. The wave loop is compiled.
 """
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
-from .kernels import bfd_pack, dp_degrees
-from .placement import place_degrees
+from .kernels import INF, bfd_pack, dp_degrees, group_time
+from .placement import _place
 from .problem import Problem, Schedule
 
 __all__ = ["atomic_groups", "paper_schedule"]
 
 
-def atomic_groups(prob: Problem, units: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
-    """Stage 1: (sequence ids of each atomic group, its minimum degree)."""
+def atomic_groups(prob: Problem, units: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 1: (atomic group of each sequence, minimum degree of each group)."""
     order = prob.order if units is None else units
-    bin_of, bin_d, nbins = bfd_pack(prob.lens, order, prob.cap, prob.dmin, 0)
-    b = bin_of[order]
-    srt = np.argsort(b, kind="stable")
-    groups = np.split(order[srt], np.cumsum(np.bincount(b, minlength=nbins))[:-1])
-    return groups, bin_d
+    bin_of, bin_d, _ = bfd_pack(prob.lens, order, prob.cap, prob.dmin, 0)
+    return bin_of, bin_d
 
 
-def _split_waves(work: np.ndarray, dmin: np.ndarray, n: int, waves: int) -> list[list[int]] | None:
-    load = np.zeros(waves)
-    room = np.full(waves, n, np.int64)
-    out: list[list[int]] = [[] for _ in range(waves)]
-    for g in np.lexsort((np.arange(work.size), -work)):
-        ok = np.flatnonzero(room >= dmin[g])
-        if ok.size == 0:
-            return None
-        w = ok[np.argmin(load[ok])]
-        out[w].append(int(g))
-        load[w] += work[g]
-        room[w] -= dmin[g]
-    return [w for w in out if w]
+@nb.njit(cache=True)
+def _window_time(att, lin, comm, s, d, rpn, speed, p):
+    sp = INF
+    for r in range(s, s + d):
+        sp = min(sp, speed[r])
+    return group_time(att, lin, comm, d, (s // rpn) != ((s + d - 1) // rpn), sp, p)
 
 
-def paper_schedule(prob: Problem, units: np.ndarray | None = None, tries: int = 3) -> Schedule | None:
-    groups, gd = atomic_groups(prob, units)
-    att = np.array([prob.att[g].sum() for g in groups])
-    lin = np.array([prob.lin[g].sum() for g in groups])
-    comm = np.array([prob.comm[g].sum() for g in groups])
+@nb.njit(cache=True)
+def _paper_waves(att, lin, comm, gd, n, rpn, allowed, speed, p, nwaves):
+    """Deal atomic groups to `nwaves` waves, DP each wave, place, chain. Returns (group order,
+    starts, degrees, makespan); makespan INF when infeasible."""
+    k = att.shape[0]
     work = att + lin
+    order = np.argsort(-work, kind="mergesort")
+    load = np.zeros(nwaves)
+    room = np.full(nwaves, n, np.int64)
+    wave_of = np.empty(k, np.int64)
+    for t in range(k):
+        g = order[t]
+        best = -1
+        for w in range(nwaves):
+            if room[w] >= gd[g] and (best < 0 or load[w] < load[best]):
+                best = w
+        if best < 0:
+            return order, np.zeros(0, np.int64), np.zeros(0, np.int64), INF
+        wave_of[g] = best
+        load[best] += work[g]
+        room[best] -= gd[g]
+    free = np.zeros(n)
+    out_g = np.empty(k, np.int64)
+    out_s = np.empty(k, np.int64)
+    out_d = np.empty(k, np.int64)
+    cnt = 0
+    for w in range(nwaves):
+        idx = np.flatnonzero(wave_of == w)
+        if idx.size == 0:
+            continue
+        deg, span = dp_degrees(att[idx], lin[idx], comm[idx], gd[idx], n, rpn, allowed, p)
+        if span >= INF:
+            return order, np.zeros(0, np.int64), np.zeros(0, np.int64), INF
+        st = _place(deg, np.argsort(-deg, kind="mergesort"), n, rpn)
+        times = np.empty(idx.size)
+        for j in range(idx.size):
+            g = idx[j]
+            times[j] = _window_time(att[g], lin[g], comm[g], st[j], deg[j], rpn, speed, p)
+        # Pair the longest groups with the windows of equal degree that free up first.
+        for d in np.unique(deg):
+            sel = np.flatnonzero(deg == d)
+            ready = np.empty(sel.size)
+            for j in range(sel.size):
+                ready[j] = free[st[sel[j]] : st[sel[j]] + d].max()
+            wins = st[sel][np.argsort(ready, kind="mergesort")]
+            by_time = sel[np.argsort(-times[sel], kind="mergesort")]
+            for j in range(sel.size):
+                st[by_time[j]] = wins[j]
+        for j in range(idx.size):
+            g = idx[j]
+            t = _window_time(att[g], lin[g], comm[g], st[j], deg[j], rpn, speed, p)
+            s0 = st[j]
+            t0 = free[s0 : s0 + deg[j]].max()
+            free[s0 : s0 + deg[j]] = t0 + t
+            out_g[cnt] = g
+            out_s[cnt] = s0
+            out_d[cnt] = deg[j]
+            cnt += 1
+    return out_g[:cnt].copy(), out_s[:cnt].copy(), out_d[:cnt].copy(), free.max()
+
+
+def paper_schedule(
+    prob: Problem, units: np.ndarray | None = None, tries: int = 3
+) -> Schedule | None:
+    ids = prob.order if units is None else units
+    bin_of, gd = atomic_groups(prob, ids)
+    b = bin_of[ids]
+    att = np.bincount(b, weights=prob.att[ids], minlength=gd.size)
+    lin = np.bincount(b, weights=prob.lin[ids], minlength=gd.size)
+    comm = np.bincount(b, weights=prob.comm[ids], minlength=gd.size)
     first = max(1, -(-int(gd.sum()) // prob.n))
-    best: Schedule | None = None
+    best = None
     for waves in range(first, first + tries):
-        split = _split_waves(work, gd, prob.n, waves)
-        if split is None:
-            continue
-        free = np.zeros(prob.n)
-        starts, degs, members = [], [], []
-        ok = True
-        for wave in split:
-            idx = np.asarray(wave, np.int64)
-            deg, span = dp_degrees(att[idx], lin[idx], comm[idx], gd[idx], prob.n, prob.rpn,
-                                   prob.allowed, prob.p)
-            if not np.isfinite(span) or span >= 1e299:
-                ok = False
-                break
-            st = place_degrees(deg, prob.n, prob.rpn)
-            times = prob.window_times(att[idx], lin[idx], comm[idx], st, deg)
-            # Pair the longest groups with the windows of equal degree that free up first.
-            for d in np.unique(deg):
-                sel = np.flatnonzero(deg == d)
-                ready = np.array([free[s : s + d].max() for s in st[sel]])
-                wins = st[sel][np.argsort(ready, kind="stable")]
-                st[sel[np.argsort(-times[sel], kind="stable")]] = wins
-            times = prob.window_times(att[idx], lin[idx], comm[idx], st, deg)
-            for g, s, d, t in zip(idx, st, deg, times):
-                free[s : s + d] = free[s : s + d].max() + t
-                starts.append(int(s))
-                degs.append(int(d))
-                members.append(groups[g])
-        if not ok:
-            continue
-        sch = Schedule(
-            name=f"paper(waves={len(split)})",
-            starts=np.asarray(starts, np.int64),
-            degs=np.asarray(degs, np.int64),
-            members=members,
-        ).score(prob)
-        if best is None or sch.makespan < best.makespan:
-            best = sch
-    return best
+        got = _paper_waves(
+            att, lin, comm, gd, prob.n, prob.rpn, prob.allowed, prob.speed, prob.p, waves
+        )
+        if got[3] < INF and (best is None or got[3] < best[3]):
+            best = (*got, waves)
+    if best is None:
+        return None
+    order, starts, degs, _, waves = best
+    pos = np.empty(gd.size, np.int64)
+    pos[order] = np.arange(order.size)
+    return Schedule(
+        name=f"paper(waves={waves})", starts=starts, degs=degs, units=ids, unit_group=pos[b]
+    ).score(prob)

@@ -86,19 +86,127 @@ MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
         # Table 7 (LLMs). Qwen3 uses head_dim 128 whatever the hidden size.
-        ModelSpec(name="qwen3-1.7b", layers=28, hidden=2048, heads=16, kv_heads=8, ffn=6144, vocab=_QWEN3_VOCAB, head_dim=128),
-        ModelSpec(name="qwen3-4b", layers=36, hidden=2560, heads=32, kv_heads=8, ffn=9728, vocab=_QWEN3_VOCAB, head_dim=128),
-        ModelSpec(name="qwen3-8b", layers=36, hidden=4096, heads=32, kv_heads=8, ffn=12288, vocab=_QWEN3_VOCAB, head_dim=128),
-        ModelSpec(name="llama3.2-1b", layers=16, hidden=2048, heads=32, kv_heads=8, ffn=8192, vocab=_LLAMA3_VOCAB),
-        ModelSpec(name="llama3.2-3b", layers=28, hidden=3072, heads=24, kv_heads=8, ffn=8192, vocab=_LLAMA3_VOCAB),
-        ModelSpec(name="llama3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=_LLAMA3_VOCAB),
+        ModelSpec(
+            name="qwen3-1.7b",
+            layers=28,
+            hidden=2048,
+            heads=16,
+            kv_heads=8,
+            ffn=6144,
+            vocab=_QWEN3_VOCAB,
+            head_dim=128,
+        ),
+        ModelSpec(
+            name="qwen3-4b",
+            layers=36,
+            hidden=2560,
+            heads=32,
+            kv_heads=8,
+            ffn=9728,
+            vocab=_QWEN3_VOCAB,
+            head_dim=128,
+        ),
+        ModelSpec(
+            name="qwen3-8b",
+            layers=36,
+            hidden=4096,
+            heads=32,
+            kv_heads=8,
+            ffn=12288,
+            vocab=_QWEN3_VOCAB,
+            head_dim=128,
+        ),
+        ModelSpec(
+            name="llama3.2-1b",
+            layers=16,
+            hidden=2048,
+            heads=32,
+            kv_heads=8,
+            ffn=8192,
+            vocab=_LLAMA3_VOCAB,
+        ),
+        ModelSpec(
+            name="llama3.2-3b",
+            layers=28,
+            hidden=3072,
+            heads=24,
+            kv_heads=8,
+            ffn=8192,
+            vocab=_LLAMA3_VOCAB,
+        ),
+        ModelSpec(
+            name="llama3-8b",
+            layers=32,
+            hidden=4096,
+            heads=32,
+            kv_heads=8,
+            ffn=14336,
+            vocab=_LLAMA3_VOCAB,
+        ),
         # Table 8 (MLLMs): the language model of each, plus its vision encoder.
-        ModelSpec(name="internvl3-2b", layers=28, hidden=1536, heads=12, kv_heads=2, ffn=8960, vocab=_QWEN25_VOCAB, vision=_INTERN_VIT),
-        ModelSpec(name="internvl2.5-4b", layers=36, hidden=2048, heads=16, kv_heads=2, ffn=11008, vocab=_QWEN25_VOCAB, vision=_INTERN_VIT),
-        ModelSpec(name="internvl3-8b", layers=28, hidden=3584, heads=28, kv_heads=4, ffn=18944, vocab=_QWEN25_VOCAB, vision=_INTERN_VIT),
-        ModelSpec(name="qwen3-vl-2b", layers=28, hidden=2048, heads=16, kv_heads=8, ffn=6144, vocab=_QWEN3_VOCAB, head_dim=128, vision=_QWEN3_VIT),
-        ModelSpec(name="qwen3-vl-4b", layers=36, hidden=2560, heads=32, kv_heads=8, ffn=9728, vocab=_QWEN3_VOCAB, head_dim=128, vision=_QWEN3_VIT),
-        ModelSpec(name="qwen3-vl-8b", layers=36, hidden=4096, heads=32, kv_heads=8, ffn=12288, vocab=_QWEN3_VOCAB, head_dim=128, vision=_QWEN3_VIT_8B),
+        ModelSpec(
+            name="internvl3-2b",
+            layers=28,
+            hidden=1536,
+            heads=12,
+            kv_heads=2,
+            ffn=8960,
+            vocab=_QWEN25_VOCAB,
+            vision=_INTERN_VIT,
+        ),
+        ModelSpec(
+            name="internvl2.5-4b",
+            layers=36,
+            hidden=2048,
+            heads=16,
+            kv_heads=2,
+            ffn=11008,
+            vocab=_QWEN25_VOCAB,
+            vision=_INTERN_VIT,
+        ),
+        ModelSpec(
+            name="internvl3-8b",
+            layers=28,
+            hidden=3584,
+            heads=28,
+            kv_heads=4,
+            ffn=18944,
+            vocab=_QWEN25_VOCAB,
+            vision=_INTERN_VIT,
+        ),
+        ModelSpec(
+            name="qwen3-vl-2b",
+            layers=28,
+            hidden=2048,
+            heads=16,
+            kv_heads=8,
+            ffn=6144,
+            vocab=_QWEN3_VOCAB,
+            head_dim=128,
+            vision=_QWEN3_VIT,
+        ),
+        ModelSpec(
+            name="qwen3-vl-4b",
+            layers=36,
+            hidden=2560,
+            heads=32,
+            kv_heads=8,
+            ffn=9728,
+            vocab=_QWEN3_VOCAB,
+            head_dim=128,
+            vision=_QWEN3_VIT,
+        ),
+        ModelSpec(
+            name="qwen3-vl-8b",
+            layers=36,
+            hidden=4096,
+            heads=32,
+            kv_heads=8,
+            ffn=12288,
+            vocab=_QWEN3_VOCAB,
+            head_dim=128,
+            vision=_QWEN3_VIT_8B,
+        ),
     )
 }
 
@@ -107,14 +215,42 @@ DEVICES: dict[str, DeviceSpec] = {
     for d in (
         # H200 SXM: 989 TFLOP/s dense bf16, 141 GB HBM3e, NVLink 4 450 GB/s per direction,
         # one 400 Gb/s NIC per GPU (50 GB/s), 8 per node.
-        DeviceSpec(name="h200", peak_flops=989e12, memory_bytes=141e9, intra_node_bandwidth=450e9, inter_node_bandwidth=50e9, replicas_per_node=8),
+        DeviceSpec(
+            name="h200",
+            peak_flops=989e12,
+            memory_bytes=141e9,
+            intra_node_bandwidth=450e9,
+            inter_node_bandwidth=50e9,
+            replicas_per_node=8,
+        ),
         # A100-80GB SXM: 312 TFLOP/s bf16, NVLink 3 300 GB/s per direction, 200 Gb/s NIC.
-        DeviceSpec(name="a100-80gb", peak_flops=312e12, memory_bytes=80e9, intra_node_bandwidth=300e9, inter_node_bandwidth=25e9, replicas_per_node=8),
+        DeviceSpec(
+            name="a100-80gb",
+            peak_flops=312e12,
+            memory_bytes=80e9,
+            intra_node_bandwidth=300e9,
+            inter_node_bandwidth=25e9,
+            replicas_per_node=8,
+        ),
         # Ascend 910C (the paper's cluster): ~752 TFLOP/s bf16 (two 910B dies), 64 GB per NPU as
         # the paper states, HCCS ~196 GB/s, 200 Gb/s RoCE between nodes, 16 per node.
-        DeviceSpec(name="ascend-910c", peak_flops=752e12, memory_bytes=64e9, intra_node_bandwidth=196e9, inter_node_bandwidth=25e9, replicas_per_node=16),
+        DeviceSpec(
+            name="ascend-910c",
+            peak_flops=752e12,
+            memory_bytes=64e9,
+            intra_node_bandwidth=196e9,
+            inter_node_bandwidth=25e9,
+            replicas_per_node=16,
+        ),
         # This machine's kind of CPU, for demos and gloo tests (a rough order of magnitude).
-        DeviceSpec(name="cpu", peak_flops=2e11, memory_bytes=16e9, intra_node_bandwidth=5e9, inter_node_bandwidth=1e9, replicas_per_node=8),
+        DeviceSpec(
+            name="cpu",
+            peak_flops=2e11,
+            memory_bytes=16e9,
+            intra_node_bandwidth=5e9,
+            inter_node_bandwidth=1e9,
+            replicas_per_node=8,
+        ),
     )
 }
 
@@ -133,7 +269,9 @@ def estimate_cost_model(model: str | ModelSpec, device: str | DeviceSpec) -> Cos
     hd = m.dim_head
     q_dim, kv_dim = m.heads * hd, m.kv_heads * hd
     # Forward FLOPs per token of the per-token layers: QKVO projections, SwiGLU MLP, LM head.
-    fwd_linear = m.layers * 2 * (m.hidden * (q_dim + 2 * kv_dim) + q_dim * m.hidden + 3 * m.hidden * m.ffn)
+    fwd_linear = (
+        m.layers * 2 * (m.hidden * (q_dim + 2 * kv_dim) + q_dim * m.hidden + 3 * m.hidden * m.ffn)
+    )
     fwd_linear += 2 * m.hidden * m.vocab
     alpha2 = 3 * fwd_linear / (dev.peak_flops * LINEAR_MFU)
     # Causal attention forward: QK^T and PV over half the s² pairs: 2·2·s²·q_dim/2 per layer.

@@ -100,9 +100,7 @@ class Problem:
                 d *= 2
         else:
             allowed[1:] = True
-        p = np.array(
-            [cost.beta1, cost.beta2, cost.intra_node_bandwidth, cost.inter_node_bandwidth]
-        )
+        p = np.array([cost.beta1, cost.beta2, cost.intra_node_bandwidth, cost.inter_node_bandwidth])
         prob = cls(
             cost=cost,
             cluster=cluster,
@@ -141,25 +139,30 @@ class Problem:
             d = d + over
         allowed_deg = np.flatnonzero(self.allowed)
         pos = np.searchsorted(allowed_deg, d)
-        out = np.where(pos < allowed_deg.size, allowed_deg[np.minimum(pos, allowed_deg.size - 1)], 0)
+        out = np.where(
+            pos < allowed_deg.size, allowed_deg[np.minimum(pos, allowed_deg.size - 1)], 0
+        )
         return out.astype(np.int64)
 
-    def group_times(self, starts: np.ndarray, degs: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
+    def group_times(
+        self, starts: np.ndarray, degs: np.ndarray, units: np.ndarray, unit_group: np.ndarray
+    ) -> np.ndarray:
         """Predicted time of each group (window + its sequences), vectorised over groups."""
-        g = len(members)
-        idx = np.repeat(np.arange(g), [m.size for m in members])
-        allm = np.concatenate(members) if g else np.zeros(0, np.int64)
-        att = np.bincount(idx, weights=self.att[allm], minlength=g)
-        lin = np.bincount(idx, weights=self.lin[allm], minlength=g)
-        comm = np.bincount(idx, weights=self.comm[allm], minlength=g)
+        g = starts.size
+        att = np.bincount(unit_group, weights=self.att[units], minlength=g)
+        lin = np.bincount(unit_group, weights=self.lin[units], minlength=g)
+        comm = np.bincount(unit_group, weights=self.comm[units], minlength=g)
         return self.window_times(att, lin, comm, starts, degs)
 
     def set_time(self, members: np.ndarray, replicas: np.ndarray) -> float:
         """Time of one group on an arbitrary replica set (slow path, baselines only)."""
         nodes = {int(r) // self.rpn for r in replicas}
         return self.cost.time_from_aggregates(
-            float(self.att[members].sum()), float(self.lin[members].sum()),
-            float(self.comm[members].sum()), len(replicas), inter_node=len(nodes) > 1,
+            float(self.att[members].sum()),
+            float(self.lin[members].sum()),
+            float(self.comm[members].sum()),
+            len(replicas),
+            inter_node=len(nodes) > 1,
             speed=float(self.speed[replicas].min()),
         )
 
@@ -176,41 +179,63 @@ class Problem:
 
 
 def lower_bound(prob: Problem, keep: np.ndarray | None = None) -> float:
-    """max(total work / Σ speed, the longest sequence's best time on the fastest replicas).
+    """A lower bound on any plan's makespan for the sequences `keep` (default: all).
 
-    d·A and d·L do not depend on d, so no plan does less than Σ work replica-seconds; and no
-    plan finishes before its most expensive sequence could finish alone.
+    Two classic terms and their combination:
+    - work: d·A and d·L do not depend on d, so no plan does less than W = Σ work
+      replica-seconds: M ≥ W / Σ speed;
+    - the most expensive sequence alone: M ≥ min_d T(s_max, d) on the fastest replicas;
+    - combined: if s_max runs at degree d it holds d replicas for T_d, during which they do
+      nothing else, so M ≥ min_d max(T_d, (W − w_max + d · speed_min · T_d) / Σ speed).
+    The combined term is never below either classic one (it is their max when the longest
+    sequence is cheap) and is the one that binds when one sequence needs most of the cluster.
     """
     ids = np.arange(prob.lens.size) if keep is None else keep
     if ids.size == 0:
         return 0.0
-    total = float(prob.work[ids].sum()) / float(prob.speed.sum())
+    total_speed = float(prob.speed.sum())
+    work = float(prob.work[ids].sum())
     top = ids[np.argmax(prob.work[ids])]
-    fastest = float(prob.speed.max())
+    rest = work - float(prob.work[top])
+    fastest, slowest = float(prob.speed.max()), float(prob.speed.min())
     best = math.inf
     for d in range(max(1, int(prob.dmin[top])), prob.n + 1):
-        if not prob.allowed[d] and d != prob.dmin[top]:
+        if not prob.allowed[d]:
             continue
         t = prob.cost.time_from_aggregates(
-            prob.att[top], prob.lin[top], prob.comm[top], d, inter_node=d > prob.rpn,
+            prob.att[top],
+            prob.lin[top],
+            prob.comm[top],
+            d,
+            inter_node=d > prob.rpn,
             speed=fastest,
         )
-        best = min(best, t)
-    return max(total, best)
+        best = min(best, max(t, (rest + d * slowest * t) / total_speed))
+    return max(work / total_speed, best)
 
 
 @dataclass(slots=True)
 class Schedule:
-    """CP groups in execution order: windows (start, degree) and the sequences each runs."""
+    """CP groups in execution order: windows (start, degree) and the sequences each runs.
+
+    Sequences are kept flat: `units[i]` runs in group `unit_group[i]` (no per-group arrays on the
+    hot path; `members()` splits them when a plan is built).
+    """
 
     name: str
     starts: np.ndarray
     degs: np.ndarray
-    members: list[np.ndarray]
+    units: np.ndarray
+    unit_group: np.ndarray
     barrier_after: list[bool] | None = None
     replica_sets: list[np.ndarray] | None = None
     times: np.ndarray = field(init=False)
     makespan: float = field(init=False)
+
+    def members(self) -> list[np.ndarray]:
+        srt = np.argsort(self.unit_group, kind="stable")
+        counts = np.bincount(self.unit_group, minlength=self.starts.size)
+        return np.split(self.units[srt], np.cumsum(counts)[:-1])
 
     def replicas(self, g: int) -> np.ndarray:
         if self.replica_sets is not None:
@@ -220,10 +245,10 @@ class Schedule:
 
     def score(self, prob: Problem) -> Schedule:
         if self.replica_sets is None:
-            self.times = prob.group_times(self.starts, self.degs, self.members)
+            self.times = prob.group_times(self.starts, self.degs, self.units, self.unit_group)
         else:
             self.times = np.array(
-                [prob.set_time(m, r) for m, r in zip(self.members, self.replica_sets)]
+                [prob.set_time(m, r) for m, r in zip(self.members(), self.replica_sets)]
             )
         if self.barrier_after is None and self.replica_sets is None:
             self.makespan = float(critical_path(self.starts, self.degs, self.times, prob.n))
@@ -238,32 +263,42 @@ class Schedule:
         return self
 
     def to_plan(
-        self, prob: Problem, *, strategy: str, candidates: dict[str, float], lower: float,
+        self,
+        prob: Problem,
+        *,
+        strategy: str,
+        candidates: dict[str, float],
+        lower: float,
         dropped: tuple[int, ...] = (),
     ) -> Plan:
         """Waves by the rule wave(g) = 1 + max wave of the previous group on any member."""
         last = np.full(prob.n, -1, np.int64)
+        lens_l = prob.lens.tolist()
+        causal_l = prob.causal.tolist()
         waves: list[list[CPGroup]] = []
         barrier_wave: list[bool] = []
         floor = 0
-        for g in range(len(self.members)):
+        members = self.members()
+        for g in range(len(members)):
             reps = self.replicas(g)
             w = max(floor, int(last[reps].max()) + 1)
             last[reps] = w
             while len(waves) <= w:
                 waves.append([])
                 barrier_wave.append(False)
-            ids = self.members[g]
-            ids = ids[np.lexsort((ids, -prob.lens[ids]))]
+            ids = sorted(members[g].tolist(), key=lambda i: (-lens_l[i], i))
+            rl = reps.tolist()
             waves[w].append(
                 CPGroup(
-                    replicas=tuple(int(r) for r in reps),
-                    degree=len(reps),
-                    sequence_ids=tuple(int(i) for i in ids),
-                    seqlens=tuple(int(x) for x in prob.lens[ids]),
-                    causal=tuple(bool(x) for x in prob.causal[ids]),
+                    replicas=tuple(rl),
+                    degree=len(rl),
+                    sequence_ids=tuple(ids),
+                    seqlens=tuple(lens_l[i] for i in ids),
+                    causal=tuple(causal_l[i] for i in ids),
                     predicted_time=float(self.times[g]),
-                    inter_node=prob.cluster.spans_nodes(reps.tolist()),
+                    inter_node=rl[0] // prob.rpn != rl[-1] // prob.rpn
+                    if self.replica_sets is None
+                    else prob.cluster.spans_nodes(rl),
                 )
             )
             if self.barrier_after is not None and self.barrier_after[g]:
@@ -277,11 +312,11 @@ class Schedule:
                 Wave(groups=tuple(sorted(gs, key=lambda x: x.replicas[0])), barrier=b)
                 for gs, b in zip(waves, barrier_wave)
             ),
-            predicted_time=self.makespan,
-            lower_bound=lower,
+            predicted_time=float(self.makespan),
+            lower_bound=float(lower),
             strategy=strategy,
             winner=self.name,
-            candidates=candidates,
+            candidates={k: float(v) for k, v in candidates.items()},
             dropped=dropped,
         )
         return plan.with_digest()

@@ -75,7 +75,10 @@ def score_plan(
             ids = list(g.sequence_ids)
             reps = list(g.replicas)
             t = cost.group_time(
-                lens[ids], g.degree, causal=caus[ids], inter_node=cluster.spans_nodes(reps),
+                lens[ids],
+                g.degree,
+                causal=caus[ids],
+                inter_node=cluster.spans_nodes(reps),
                 speed=float(speed[reps].min()),
             )
             free[reps] = free[reps].max() + t
@@ -96,13 +99,17 @@ def score_plan(
     )
 
 
-def check_plan(plan: Plan, seqlens: Sequence[int] | np.ndarray, cluster: Cluster, cost: CostModel) -> None:
+def check_plan(
+    plan: Plan, seqlens: Sequence[int] | np.ndarray, cluster: Cluster, cost: CostModel
+) -> None:
     """Raise ValueError listing every broken invariant of `plan` for these lengths."""
     lens = np.asarray(seqlens, dtype=np.int64)
     cap = cost.capacity_tokens(cluster)
     problems: list[str] = []
     if plan.num_replicas != cluster.num_replicas:
-        problems.append(f"plan is for {plan.num_replicas} replicas, cluster has {cluster.num_replicas}")
+        problems.append(
+            f"plan is for {plan.num_replicas} replicas, cluster has {cluster.num_replicas}"
+        )
     seen = np.zeros(lens.size, dtype=np.int64)
     for w, wave in enumerate(plan.waves):
         used: set[int] = set()
@@ -112,7 +119,9 @@ def check_plan(plan: Plan, seqlens: Sequence[int] | np.ndarray, cluster: Cluster
             if len(set(g.replicas)) != len(g.replicas):
                 problems.append(f"wave {w}: duplicate replicas in {g.replicas}")
             if used & set(g.replicas):
-                problems.append(f"wave {w}: replicas {sorted(used & set(g.replicas))} in two groups")
+                problems.append(
+                    f"wave {w}: replicas {sorted(used & set(g.replicas))} in two groups"
+                )
             used |= set(g.replicas)
             if any(not 0 <= r < cluster.num_replicas for r in g.replicas):
                 problems.append(f"wave {w}: replica outside [0, {cluster.num_replicas})")
@@ -120,7 +129,7 @@ def check_plan(plan: Plan, seqlens: Sequence[int] | np.ndarray, cluster: Cluster
             if ids.size == 0:
                 problems.append(f"wave {w}: group on {g.replicas} runs no sequence")
                 continue
-            seen[ids] += 1
+            np.add.at(seen, ids, 1)
             if tuple(lens[ids].tolist()) != g.seqlens:
                 problems.append(f"wave {w}: group seqlens {g.seqlens} differ from the input")
             local = sum(
@@ -132,7 +141,7 @@ def check_plan(plan: Plan, seqlens: Sequence[int] | np.ndarray, cluster: Cluster
                 )
     dropped = np.asarray(plan.dropped, dtype=np.int64)
     if dropped.size:
-        seen[dropped] += 1
+        np.add.at(seen, dropped, 1)
     if np.any(seen != 1):
         bad = np.flatnonzero(seen != 1)[:5]
         problems.append(f"sequences {bad.tolist()} placed {seen[bad].tolist()} times (want 1)")

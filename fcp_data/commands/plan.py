@@ -1,0 +1,76 @@
+"""`fcp plan`: plan one global batch and print it (a table, or the Plan as JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+
+from ..planner import STRATEGIES, plan_global_batch
+from ._common import add_problem_args, cluster_from_args, cost_from_args, lengths_from_args
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="plan one global batch (waves, CP groups, degrees, sequences)",
+        description="Plan one global batch from lengths (a file or a synthetic profile) for a "
+        "cluster and cost model; print the waves and CP groups, or the Plan as JSON.",
+    )
+    add_problem_args(p)
+    p.add_argument("--strategy", choices=STRATEGIES, default="fcp", help="planner (default fcp)")
+    p.add_argument(
+        "--json", action="store_true", help="print the Plan as JSON (Plan.from_json reads it)"
+    )
+    p.add_argument("-o", "--output", help="also write the Plan JSON to this file")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    lens = lengths_from_args(args)
+    cluster, cost = cluster_from_args(args), cost_from_args(args)
+    t0 = time.perf_counter()
+    plan = plan_global_batch(
+        lens, cluster, cost, strategy=args.strategy, causal=not args.full_attention
+    )
+    ms = (time.perf_counter() - t0) * 1e3
+    if args.output:
+        with open(args.output, "wb") as fh:
+            fh.write(plan.to_json())
+    if args.json:
+        sys.stdout.write(plan.to_json().decode() + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    degrees = Counter(plan.degrees)
+    con.print(
+        f"[bold]{args.strategy}[/] plan of {len(lens)} sequences on "
+        f"{cluster.num_replicas} replicas: "
+        f"{plan.num_waves} waves, predicted {plan.predicted_time:.3f} s, lower bound "
+        f"{plan.lower_bound:.3f} s (×{plan.ratio_to_bound:.3f}), winner {plan.winner}, "
+        f"planned in {ms:.1f} ms, digest {plan.digest}"
+    )
+    con.print(
+        "degrees: " + ", ".join(f"⟨{d}⟩×{c}" for d, c in sorted(degrees.items(), reverse=True))
+    )
+    table = Table("wave", "replicas", "degree", "sequences", "tokens", "time (s)")
+    for w, wave in enumerate(plan.waves):
+        for g in wave.groups:
+            reps = f"{g.replicas[0]}-{g.replicas[-1]}" if g.degree > 1 else str(g.replicas[0])
+            table.add_row(
+                str(w),
+                reps,
+                str(g.degree),
+                str(len(g.sequence_ids)),
+                str(g.num_tokens),
+                f"{g.predicted_time:.3f}",
+            )
+    con.print(table)
+    if plan.dropped:
+        con.print(f"[yellow]dropped {len(plan.dropped)} sequences too long for the cluster[/]")
+    return 0
