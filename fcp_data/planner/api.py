@@ -57,6 +57,7 @@ def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Sche
         seen.add(count)
         pro = moldable_schedule(prob, units[wide])
         if pro is not None:
+            pro.name = f"prologue(d>N/{frac})"
             out += lane_candidates(prob, lower, units[~wide], prologue=pro, credits=(0.8,))
     return out
 
@@ -134,6 +135,8 @@ def plan_global_batch(
         )
     best = min(found, key=lambda s: s.makespan)  # first of equals: candidate order breaks ties
     candidates = {s.name: s.makespan for s in found}
+    if len(candidates) != len(found):
+        raise RuntimeError(f"candidate names collide: {[s.name for s in found]}")
     return best.to_plan(
         prob, strategy=strategy, candidates=candidates, lower=lower, dropped=dropped
     )

@@ -199,8 +199,9 @@ def lower_bound(prob: Problem, keep: np.ndarray | None = None) -> float:
     rest = work - float(prob.work[top])
     fastest, slowest = float(prob.speed.max()), float(prob.speed.min())
     best = math.inf
-    for d in range(max(1, int(prob.dmin[top])), prob.n + 1):
-        if not prob.allowed[d]:
+    for d in range(1, prob.n + 1):  # every degree: the bound holds for all strategies
+        s = int(prob.lens[top])
+        if (s if d == 1 else -(-s // (2 * d)) * 2) > prob.cap:
             continue
         t = prob.cost.time_from_aggregates(
             prob.att[top],
