@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +20,10 @@ import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .collate import MicroBatch
-from .loader_batches import BatchBuilder, PlannedBatch
+from .loader_batches import BatchBuilder, PlannedBatch, SampleReadError
 from .loader_encode import CustomEncoder, SampleEncoder, Tokenizer
 from .loader_sampler import GlobalBatchSampler
+from .loader_source import check_source_matches, open_source, resolve_rule, source_skipped
 from .loader_types import BatchMetrics, LoaderState, SampleSource
 from .planner import Cluster, CostModel
 
@@ -37,6 +39,8 @@ class LoaderOptions:
     on_too_long: "drop" lets the planner leave out samples no CP group can hold (counted).
     timeout_s: seconds the main process waits for a worker's batch before raising (0 = forever;
     a dead worker is detected by torch either way).
+    metrics_history: how many global batches' BatchMetrics `FCPDataLoader.metrics_history` keeps
+    (10,000 ~ a few MB; older ones are only in the log).
     """
 
     drop_last: bool = False
@@ -53,6 +57,7 @@ class LoaderOptions:
     timeout_s: float = 0.0
     pin_memory: bool = False
     multiprocessing_context: str | None = None
+    metrics_history: int = 10_000
     planner: Callable[..., Any] | None = None
     encode: Callable[[Mapping[str, Any]], np.ndarray] | None = None
 
@@ -75,54 +80,11 @@ def _identity(x: PlannedBatch) -> PlannedBatch:
     return x
 
 
-def _open_source(source: SampleSource | str | Path) -> SampleSource:
-    if isinstance(source, (str, Path)):
-        from .readers import LengthIndex  # type: ignore[attr-defined]
-
-        return LengthIndex.open(source)
-    return source
-
-
-def _header_value(source: Any, *names: str) -> Any:
-    header = getattr(source, "header", None)
-    for n in names:
-        v = getattr(header, n, None) if header is not None else None
-        if v is None and isinstance(header, Mapping):
-            v = header.get(n)
-        if v is not None:
-            return v
-    return None
-
-
-def _spec(obj: Any) -> Any:
-    """What identifies a tokenizer or rule in an index header: a spec string or settings dict."""
-    if obj is None or isinstance(obj, (str, dict)):
-        return obj
-    settings = getattr(obj, "settings", None)
-    if callable(settings):
-        return dict(settings())
-    return getattr(obj, "spec", None) or getattr(obj, "name", None)
-
-
-def _resolve_rule(source: Any, rule: Any) -> Any:
-    """The VisionTokenRule object for video samples: given, by name, or the index's own."""
-    if rule is not None and not isinstance(rule, str):
-        return rule
-    name = rule or (_header_value(source, "rule") or {}).get("name")
-    has_media = hasattr(source, "modality") and bool(np.any(np.asarray(source.modality) != 0))
-    if name is None or not has_media:
-        return None
-    from .readers import get_rule
-
-    scan = _header_value(source, "scan")
-    overrides = dict(getattr(scan, "rule_overrides", None) or {}) if rule is None else {}
-    return get_rule(name, **overrides)
-
-
 class FCPDataLoader:
     """Yields this replica's MicroBatch for every wave of every global batch, in order.
 
-    `source`: a length index (`fcp_data.readers.LengthIndex` or its path). `replica` is this
+    `source`: a length index (`fcp_data.readers.LengthIndex` or its directory) or shard specs
+    (scanned once into an in-memory index, see loader_source). `replica` is this
     replica's index in [0, cluster.num_replicas); every replica builds its own loader with the
     same arguments but its replica index, and all of them agree on every plan (MicroBatch.digest).
     `tokenizer` turns text into ids and must be the one the index was counted with (its `spec`
@@ -155,20 +117,14 @@ class FCPDataLoader:
             raise ValueError(
                 f"num_workers={num_workers} must be >= 0 and prefetch_factor={prefetch_factor} >= 1"
             )
-        self.source = src = _open_source(source)
-        for want, names, what in (
-            (_spec(tokenizer), ("tokenizer", "text_counter", "counter"), "tokenizer"),
-            (_spec(vision_rule), ("vision_rule", "rule"), "vision rule"),
-        ):
-            have = _spec(_header_value(src, *names))
-            if isinstance(want, str) and isinstance(have, dict):
-                have = have.get("name")
-            if want is not None and have is not None and want != have:
-                raise ValueError(
-                    f"the index was built with {what} {have!r} but the loader has {want!r}: "
-                    "token counts would not match the plan; rebuild the index with the "
-                    f"loader's {what} or pass the one the index was built with"
-                )
+        self.source = src = open_source(source, tokenizer=tokenizer, vision_rule=vision_rule)
+        self.source_skipped = source_skipped(src)
+        if self.source_skipped:
+            logging.getLogger(__name__).warning(
+                "%d samples were left out of the source (corrupt, empty or undecodable), e.g. %s",
+                len(self.source_skipped), self.source_skipped[:3],
+            )
+        check_source_matches(src, tokenizer, vision_rule)
         self.cluster, self.cost, self.replica = cluster, cost, int(replica)
         self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
         self.sampler = GlobalBatchSampler(
@@ -185,7 +141,7 @@ class FCPDataLoader:
             encoder = CustomEncoder(fn=opts.encode)
         else:
             encoder = SampleEncoder(
-                tokenizer=tokenizer, rule=_resolve_rule(src, vision_rule),
+                tokenizer=tokenizer, rule=resolve_rule(src, vision_rule),
                 text_field=opts.text_field, caption_field=opts.caption_field,
                 eod_id=opts.eod_id, special_token_id=opts.special_token_id,
                 vision_token_id=opts.vision_token_id, decode_backend=opts.decode_backend,
@@ -197,7 +153,7 @@ class FCPDataLoader:
         )
         self._epoch, self._batch, self._wave = 0, 0, 0
         self.metrics: BatchMetrics | None = None
-        self.metrics_history: list[BatchMetrics] = []
+        self.metrics_history: deque[BatchMetrics] = deque(maxlen=opts.metrics_history)
 
     # ---- sizes -------------------------------------------------------------------------
     @property
@@ -275,13 +231,30 @@ class FCPDataLoader:
         )
         pending: dict[int, PlannedBatch] = {}
         nxt = start
-        for pb in dl:  # torch returns workers' items round-robin; re-order defensively
-            pending[pb.batch_index] = pb
+        it = iter(dl)
+        while True:
+            try:
+                pb = next(it)
+            except StopIteration:
+                break
+            except SampleReadError:
+                raise
+            except RuntimeError as e:  # a worker died (segfaulting decoder, OOM kill, timeout)
+                raise RuntimeError(self._suspects(e, epoch, nxt, stop)) from e
+            pending[pb.batch_index] = pb  # torch returns workers' items round-robin
             while nxt in pending:
                 yield pending.pop(nxt)
                 nxt += 1
         if pending or nxt != stop:
             raise RuntimeError(f"DataLoader workers delivered batches up to {nxt}, need {stop}")
+
+    def _suspects(self, err: Exception, epoch: int, first: int, stop: int) -> str:
+        last = min(stop, first + self.num_workers)
+        keys: list[str] = []
+        for b in range(first, last):
+            keys += self._builder.own_keys(epoch, b)
+        return (f"{err}\nwhile loading global batches {first}..{last - 1} of epoch {epoch} on "
+                f"replica {self.replica}; this replica's samples there: {keys[:32]}")
 
     def __len__(self) -> int:
         """Micro-batches left are plan-dependent; this is global batches per epoch."""

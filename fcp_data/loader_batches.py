@@ -26,8 +26,10 @@ __all__ = ["BatchBuilder", "PlannedBatch", "SampleReadError"]
 class SampleReadError(RuntimeError):
     """A sample of the plan could not be read or tokenized; names the key and index position."""
 
-    def __init__(self, key: str, index: int, reason: str) -> None:
-        super().__init__(f"sample {key!r} (index position {index}): {reason}")
+    def __init__(self, key: str, index: int | None = None, reason: str | None = None) -> None:
+        # one argument: torch re-raising a worker's error in the main process with its text
+        msg = key if index is None else f"sample {key!r} (index position {index}): {reason}"
+        super().__init__(msg)
         self.key, self.index, self.reason = key, index, reason
 
 
@@ -87,6 +89,14 @@ class BatchBuilder:
                 "(fcp index --tokenizer ...) or pass the tokenizer it was built with",
             )
         return enc, None
+
+    def own_keys(self, epoch: int, batch_index: int) -> list[str]:
+        """Keys this replica reads in a global batch (to name suspects when a worker dies)."""
+        ids = self.sampler.batch(epoch, batch_index)
+        plan = self.plan(ids)
+        return [str(self.source.keys[int(ids[s])])
+                for w in range(plan.num_waves)
+                for s in plan.for_replica(self.replica, w).sequence_ids]
 
     def build(self, epoch: int, batch_index: int, order: np.ndarray | None = None) -> PlannedBatch:
         ids = self.sampler.batch(epoch, batch_index, order)

@@ -4,7 +4,8 @@ Layout of a sequence (the length index counted exactly these tokens):
 
 * text: `tokenizer(text)` (or pre-tokenized `.npy`) followed by `special_tokens[i]` EOD ids
   (the index's `text_special_tokens`, Megatron's end-of-document token);
-* video / image: `special` template ids, then `vision` placeholder ids, then the caption's ids.
+* video / image: the rule's `special` template ids, then `vision` placeholder ids, then the
+  caption's ids, then EOD ids for any index special tokens beyond the template's.
   The template tokens are emitted as `special_token_id` (a model's exact template, e.g.
   Qwen3-VL's per-group timestamps, can be supplied with `LoaderOptions.encode`). Placeholders
   form `grid[0]` equal temporal groups; group g is filled by frames
@@ -109,9 +110,10 @@ class SampleEncoder:
         ext = next((e for e in VIDEO_EXTS if e in sample), None)
         if ext is None:
             raise ValueError(f"video sample has no video member (members {sorted(sample)})")
+        eod = max(0, special - vt.special) if hasattr(source, "special_tokens") else 0
         tokens = np.concatenate([
             np.full(vt.special, self.special_token_id), np.full(vt.vision, self.vision_token_id),
-            self.caption_ids(sample),
+            self.caption_ids(sample), np.full(eod, self.eod_id),
         ]).astype(np.int64)
         return EncodedSample(tokens=tokens, vision_start=vt.special, vision=vt, video=sample[ext])
 

@@ -47,9 +47,15 @@ def _expected(index, i: int) -> np.ndarray:
     if int(index.modality[i]) == 0:
         text = sample["txt"].decode() if "txt" in sample else json.loads(sample["json"])["text"]
         return np.array(tok(text) + [EOD] * int(index.special_tokens[i]))
+    from fcp_data.readers import get_rule
+
     cap = sample["txt"].decode() if "txt" in sample else json.loads(sample["json"])["caption"]
-    return np.array([SPECIAL] * int(index.special_tokens[i])
-                    + [VISION] * int(index.vision_tokens[i]) + tok(cap))
+    vt = get_rule(index.header.rule["name"]).video(
+        num_frames=int(index.num_frames[i]), fps=float(index.fps[i]),
+        height=int(index.height[i]), width=int(index.width[i]))
+    eod = int(index.special_tokens[i]) - vt.special
+    return np.array([SPECIAL] * vt.special + [VISION] * int(index.vision_tokens[i]) + tok(cap)
+                    + [EOD] * eod)
 
 
 def test_real_planner_and_index_epoch(real_index, cost) -> None:
@@ -138,3 +144,51 @@ def test_real_planner_elastic_resume(real_index, cost, new_n: int) -> None:
     assert sorted(head) == [0, 1] and all(s == states[0] for s in states)
     tail, _ = run(new_n, state=states[0])
     assert {**head, **tail} == full
+
+
+def test_shards_without_index_are_scanned(real_index, cost) -> None:
+    shards = list(real_index.shard_urls)
+    by_index = {}
+    for mb in _loaders(real_index, cost)[0]:
+        by_index.setdefault(mb.batch_index, set()).update(str(k) for k in mb.keys)
+    cap = int(real_index.seqlens.max()) // N + 64
+    ld = FCPDataLoader(shards, cluster=Cluster(N, tokens_per_replica=cap), cost=cost, replica=0,
+                       global_batch_size=16, seed=5, num_workers=0, tokenizer=ByteTokenizer(),
+                       vision_rule="qwen2.5-vl",
+                       options=LoaderOptions(eod_id=EOD, special_token_id=SPECIAL,
+                                             vision_token_id=VISION))
+    np.testing.assert_array_equal(ld.source.seqlens, real_index.seqlens)
+    by_scan = {}
+    for mb in ld:
+        by_scan.setdefault(mb.batch_index, set()).update(mb.keys)
+    assert by_scan == by_index and by_scan
+
+
+def test_corrupt_corpus_skipped_and_counted_exactly(tmp_path, cost) -> None:
+    from webdataset import TarWriter
+
+    from fcp_data.readers import ScanConfig, build_index
+    from fcp_data.readers.text import CallableCounter
+
+    bad = {"b-json": {"json": b"{not json"}, "b-empty": {"txt": b""},
+           "b-video": {"mp4": b"\x00\x01 not a video"},
+           "b-fps": {"mp4": b"x", "json": b'{"num_frames": 10, "fps": 0, "width": 64, '
+                                         b'"height": 64}'}}
+    url = str(tmp_path / "mixed.tar")
+    with TarWriter(url) as w:
+        for i in range(24):
+            w.write({"__key__": f"g{i:03d}", "txt": (f"good sample {i} " * (i + 1)).encode()})
+            if i % 6 == 0:
+                k = sorted(bad)[i // 6]
+                w.write({"__key__": k, **bad[k]})
+    counter = CallableCounter(ByteTokenizer(), spec=ByteTokenizer.spec)
+    index = build_index(url, tmp_path / "index", counter=counter,
+                        config=ScanConfig(on_error="skip", probe_timeout_s=10))
+    seen = set()
+    for r in range(2):
+        ld = FCPDataLoader(index, cluster=Cluster(2, tokens_per_replica=2000), cost=cost,
+                           replica=r, global_batch_size=8, num_workers=0,
+                           tokenizer=ByteTokenizer(), options=LoaderOptions(eod_id=EOD))
+        assert sorted(k for k, _ in ld.source_skipped) == sorted(bad)  # exactly the bad ones
+        seen |= {k for mb in ld for k in mb.keys}
+    assert seen == {f"g{i:03d}" for i in range(24)}
