@@ -43,10 +43,11 @@ MODALITIES = ("text", "video", "image")  # index code = position
 class ScanConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Everything that changes a count; stored in the index header and compared on open.
 
-    `text_special_tokens` = 1: one BOS/EOS-style document separator per sample, as Megatron's
-    pretraining appends an EOD token. `video_causal`: MLLMs (Qwen-VL, InternVL) run their LLM
-    with causal attention over text and vision tokens alike, so video and images default to
-    causal; set False for full-attention video models (the planner then costs 2x attention).
+    `text_special_tokens` = 1: one BOS/EOS-style document separator per sample (text, video
+    and image alike), as Megatron's pretraining appends an EOD token. `video_causal`: MLLMs
+    (Qwen-VL, InternVL) run their LLM with causal attention over text and vision tokens alike,
+    so video and images default to causal; set False for full-attention video models (the
+    planner then costs their attention at 2x).
     """
 
     vision_rule: str = "qwen2.5-vl"
@@ -182,7 +183,8 @@ class Scanner:
             vt = self.rule.video(num_frames=meta.num_frames, fps=meta.fps, height=meta.height,
                                  width=meta.width)
             return SampleRecord(modality=1, text_tokens=self._caption(raw, fields),
-                                vision_tokens=vt.vision, special_tokens=vt.special,
+                                vision_tokens=vt.vision,
+                                special_tokens=vt.special + c.text_special_tokens,
                                 causal=c.video_causal, num_frames=meta.num_frames, fps=meta.fps,
                                 width=meta.width, height=meta.height, **common)
         iext = next((e for e in IMAGE_EXTS if e in exts), None)
@@ -191,7 +193,8 @@ class Scanner:
             fields = self._json(raw.payload["json"]) if "json" in raw.payload else None
             vt = self.rule.image(height=height, width=width)
             return SampleRecord(modality=2, text_tokens=self._caption(raw, fields),
-                                vision_tokens=vt.vision, special_tokens=vt.special,
+                                vision_tokens=vt.vision,
+                                special_tokens=vt.special + c.text_special_tokens,
                                 causal=c.image_causal, width=width, height=height, **common)
         if "npy" in exts:
             try:

@@ -1,10 +1,12 @@
 """Shard specs and tar scanning with member offsets.
 
-A spec is a path, a glob (`data/*.tar`), a brace pattern (`shard-{000..099}.tar`, expanded by
-webdataset's `expand_urls`) or a `pipe:CMD` URL (read from CMD's stdout, not seekable). Scanning
-groups consecutive tar members by webdataset's key rule (`base_plus_ext`: the key is the path up
-to the first dot of the basename, the extension the rest, lower-cased) and records each member's
-data offset and size, so a sample can later be read with one seek per member.
+A spec is a path, a glob (`data/*.tar`), a brace pattern (`shard-{000..099}.tar`), a
+`::`-separated list of those, or a `pipe:CMD` URL (read from CMD's stdout, not seekable): the
+grammar of webdataset's `expand_urls`, expanded with `braceexpand` (webdataset's own dependency)
+because importing webdataset pulls in torch (about 5 s, paid again in every worker process).
+Scanning groups consecutive tar members by webdataset's key rule (`base_plus_ext`: the key is
+the path up to the first dot of the basename, the extension the rest, lower-cased) and records
+each member's data offset and size, so a sample can later be read with one seek per member.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +33,7 @@ __all__ = [
 ]
 
 FINGERPRINT_BLOCK = 1 << 20  # bytes hashed at the head, middle and tail of a shard
+_KEY_EXT = r"^((?:.*/|)[^.]+)[.]([^/]*)$"  # webdataset.tariterators.base_plus_ext's pattern
 
 
 class RawSample(msgspec.Struct, kw_only=True):
@@ -53,7 +57,7 @@ def is_seekable(url: str) -> bool:
 
 def expand_shards(specs: Sequence[str] | str) -> list[str]:
     """Shard URLs from specs, in order, duplicates removed; a spec matching nothing raises."""
-    from webdataset.shardlists import expand_urls
+    from braceexpand import braceexpand
 
     if isinstance(specs, str):
         specs = [specs]
@@ -63,7 +67,7 @@ def expand_shards(specs: Sequence[str] | str) -> list[str]:
             out.append(spec)
             continue
         urls: list[str] = []
-        for url in expand_urls(spec):
+        for url in (u for part in spec.split("::") for u in braceexpand(part)):
             if glob.has_magic(url):
                 urls.extend(sorted(glob.glob(url)))
             elif os.path.exists(url):
@@ -97,12 +101,10 @@ def shard_fingerprint(url: str) -> str:
 
 
 def _split_name(name: str) -> tuple[str, str] | None:
-    from webdataset.tariterators import base_plus_ext
-
-    key, ext = base_plus_ext(name)
-    if key is None or not ext:
+    match = re.match(_KEY_EXT, name)
+    if match is None or not match.group(2):
         return None
-    return key, ext.lower()
+    return match.group(1), match.group(2).lower()
 
 
 def _open_tar(url: str) -> tuple[tarfile.TarFile, IO[bytes], subprocess.Popen[bytes] | None]:
