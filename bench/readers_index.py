@@ -84,10 +84,14 @@ def main(argv: list[str] | None = None) -> int:
         t_wds = _best(lambda: sum(1 for _ in wds.WebDataset([str(p) for p in text_paths],
                                                             shardshuffle=False)))
         t_idx = _best(lambda: build_index([str(p) for p in text_paths], root / "ti"))
+        t_idx2 = _best(lambda: build_index([str(p) for p in text_paths], root / "ti",
+                                           workers=2), 1)
         for name, t in (("plain tarfile read", t_tar), ("webdataset iteration", t_wds),
-                        ("fcp index build (1 proc)", t_idx)):
+                        ("fcp index build (1 proc)", t_idx),
+                        ("fcp index build (2 procs, incl. spawn)", t_idx2)):
             rows.append((f"text: {name}", args.text / t, f"{mb / t:.0f} MB/s"))
-            results[f"text_{name.split()[0]}_{name.split()[1]}_samples_per_s"] = args.text / t
+            slug = "_".join(name.replace("(", "").replace(")", "").replace(",", "").split()[:4])
+            results[f"text_{slug}_samples_per_s"] = args.text / t
         results["text_index_mb_per_s"] = mb / t_idx
         results["text_mb"] = mb
 

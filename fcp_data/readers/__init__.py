@@ -1,8 +1,13 @@
 """Readers: WebDataset text/video/image shards, vision-token rules, the length index.
 
-    from fcp_data.readers import LengthIndex, build_index, stream_records, get_rule
-    index = LengthIndex.open("index", expect_rule="qwen2.5-vl")
-    planner_input = index.seqlens, index.causal
+    from fcp_data.readers import LengthIndex, build_index, decode_index_video, stream_records
+    index = build_index("shards/video-{000000..000009}.tar", "index", workers=4)
+    index = LengthIndex.open("index", expect_rule="qwen2.5-vl")   # memory-mapped, verified
+    planner_input = index.seqlens, index.causal                    # int64, bool per sample
+    members = index.read(i)                                        # {"mp4": b..., "json": b...}
+    frames = decode_index_video(index, i, token_range=(0, 4096))   # uint8 (T, H, W, 3)
+    for rec in stream_records("pipe:curl -s URL/shard-{0..9}.tar"):  # no index: metadata only
+        rec.seqlen, rec.causal, rec.fetch()
 
 Submodules are imported lazily (PEP 562) so `import fcp_data.readers` does no work.
 """

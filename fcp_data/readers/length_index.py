@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -165,6 +167,12 @@ class LengthIndex:
     def height(self) -> np.ndarray:
         """Source height in pixels (0 for text)."""
         return self._a["height"]
+
+    @property
+    def arrays(self) -> Mapping[str, np.ndarray]:
+        """Every stored array by name, including the member table (`member_start`,
+        `member_count` per sample; `member_ext`, `member_offset`, `member_size` per member)."""
+        return MappingProxyType(self._a)
 
     @property
     def skipped(self) -> list[SkippedSample]:

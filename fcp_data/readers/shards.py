@@ -57,18 +57,20 @@ def is_seekable(url: str) -> bool:
 
 def expand_shards(specs: Sequence[str] | str) -> list[str]:
     """Shard URLs from specs, in order, duplicates removed; a spec matching nothing raises."""
-    from braceexpand import braceexpand
+    try:
+        from braceexpand import braceexpand
+    except ImportError:  # webdataset always brings it; this keeps a broken env working
+        from webdataset.shardlists import braceexpand  # type: ignore[attr-defined,no-redef]
 
     if isinstance(specs, str):
         specs = [specs]
     out: list[str] = []
     for spec in specs:
-        if spec.startswith("pipe:"):
-            out.append(spec)
-            continue
         urls: list[str] = []
         for url in (u for part in spec.split("::") for u in braceexpand(part)):
-            if glob.has_magic(url):
+            if url.startswith("pipe:"):
+                urls.append(url)  # braces expand inside commands too, as in webdataset
+            elif glob.has_magic(url):
                 urls.extend(sorted(glob.glob(url)))
             elif os.path.exists(url):
                 urls.append(url)

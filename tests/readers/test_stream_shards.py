@@ -34,6 +34,7 @@ def test_expand_paths_globs_braces_pipes(shard_dir: Path) -> None:
     both = expand_shards([str(shard_dir / "text-000000.tar"), str(shard_dir / "*.tar")])
     assert len(both) == 4  # duplicates removed, order kept
     assert expand_shards("pipe:cat x.tar") == ["pipe:cat x.tar"]
+    assert expand_shards("pipe:cat x{1..2}.tar") == ["pipe:cat x1.tar", "pipe:cat x2.tar"]
     listed = expand_shards(f"{shard_dir}/text-000001.tar::{shard_dir}/video-000000.tar")
     assert [Path(u).name for u in listed] == ["text-000001.tar", "video-000000.tar"]
     with pytest.raises(FileNotFoundError, match=r"nope-1\.tar"):
