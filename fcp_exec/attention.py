@@ -83,7 +83,11 @@ class _RingAttention(torch.autograd.Function):
                     q[qs], _expand(kv[0, ks], groups), _expand(kv[1, ks], groups),
                     causal=blk.causal, scale=scale,
                 )  # fmt: skip
-                _merge(out[qs], lse[:, qs], b_out, b_lse)
+                if step == 0:  # step 0 covers every real row once: nothing to merge yet
+                    out[qs] = b_out
+                    lse[:, qs] = b_lse
+                else:
+                    _merge(out[qs], lse[:, qs], b_out, b_lse)
             if nxt is not None:
                 comm.wait(_TAG_KV)
                 kv = nxt
