@@ -1,9 +1,10 @@
 """Build a length index: scan shards in a process pool, write arrays and header.
 
-Each shard is scanned by one task (`_scan_shard`), so throughput scales with workers until the
-disk saturates; results are merged in shard order so the index is identical for any worker
-count. The consecutive-failure fuse spans shard boundaries: a worker reports the failures at the
-head and tail of its shard and the parent joins the runs.
+Shards are dealt to a spawn-context process pool in chunks of consecutive shards (about four
+chunks per worker: enough to balance uneven shards, few enough that each chunk's single video
+probe child, ~0.5 s to start, is amortised). Results are merged in shard order, so the index is
+identical for any worker count. The consecutive-failure fuse spans shard boundaries: each shard
+reports the failures at its head and tail and the parent joins the runs.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import os
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -45,19 +48,33 @@ class _ShardResult(msgspec.Struct):
     size: int
 
 
-def _scan_shard(url: str, config: ScanConfig, counter: TokenCounter) -> _ShardResult:
-    with Scanner(config, counter) as scanner:
-        records: list[SampleRecord] = []
-        head = -1
-        for rec in scanner.scan(url):
-            if head < 0:
-                head = len(scanner.log.skipped)
-            records.append(rec)
-        skipped = scanner.log.skipped
-        head = len(skipped) if head < 0 else head
-        tail = scanner.log.consecutive
+def _scan_shard(scanner: Scanner, url: str) -> _ShardResult:
+    start = len(scanner.log.skipped)
+    records: list[SampleRecord] = []
+    head = -1
+    last = start  # skipped count when the last good record was seen
+    for rec in scanner.scan(url):
+        now = len(scanner.log.skipped)
+        if head < 0:
+            head = now - start
+        last = now
+        records.append(rec)
+    skipped = scanner.log.skipped[start:]
+    head = len(skipped) if head < 0 else head
+    tail = len(skipped) if not records else len(scanner.log.skipped) - last
     size = os.path.getsize(url) if is_seekable(url) else 0
     return _ShardResult(url, records, skipped, head, tail, shard_fingerprint(url), size)
+
+
+def _advance(bar: Any, task: Any, n: int, _future: object) -> None:
+    bar.advance(task, n)
+
+
+def _scan_chunk(urls: list[str], config: ScanConfig,
+                counter: TokenCounter) -> list[_ShardResult]:
+    """Scan consecutive shards with one Scanner, so one probe child serves them all."""
+    with Scanner(config, counter) as scanner:
+        return [_scan_shard(scanner, u) for u in urls]
 
 
 def _check_runs(results: list[_ShardResult], policy: ErrorPolicy) -> None:
@@ -135,6 +152,14 @@ def build_index(shards: Sequence[str] | str, out: str | os.PathLike[str], *,
     urls = expand_shards(shards)
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / HEADER_NAME).is_file():
+        raise FileExistsError(f"{out} exists and is not a length index; refusing to replace it. "
+                              "Choose a new or empty output directory")
+    # Chunks of consecutive shards: about 4 per worker balance load while each chunk starts
+    # at most one probe child (a spawn costs ~0.5 s).
+    size = max(1, -(-len(urls) // (workers * 4)))
+    chunks = [urls[k:k + size] for k in range(0, len(urls), size)]
     results: list[_ShardResult] = []
     bar = None
     if progress:
@@ -144,25 +169,25 @@ def build_index(shards: Sequence[str] | str, out: str | os.PathLike[str], *,
         bar.start()
         task = bar.add_task("indexing shards", total=len(urls))
     try:
-        if workers == 1 or len(urls) == 1:
-            for url in urls:
-                results.append(_scan_shard(url, config, counter))
-                if bar is not None:
-                    bar.advance(task)
+        if workers == 1 or len(chunks) == 1:
+            with Scanner(config, counter) as scanner:
+                for url in urls:
+                    results.append(_scan_shard(scanner, url))
+                    if bar is not None:
+                        bar.advance(task)
         else:
             ctx = mp.get_context("spawn")
-            with ProcessPoolExecutor(min(workers, len(urls)), mp_context=ctx) as pool:
-                futures: list[Future[_ShardResult]] = [
-                    pool.submit(_scan_shard, u, config, counter) for u in urls]
+            with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=ctx) as pool:
+                futures: list[Future[list[_ShardResult]]] = [
+                    pool.submit(_scan_chunk, c, config, counter) for c in chunks]
                 if bar is not None:
-                    for f in futures:
-                        f.add_done_callback(lambda _f: bar.advance(task))
-                results = [f.result() for f in futures]
+                    for f, c in zip(futures, chunks):
+                        f.add_done_callback(partial(_advance, bar, task, len(c)))
+                results = [r for f in futures for r in f.result()]
     finally:
         if bar is not None:
             bar.stop()
     _check_runs(results, policy)
-    out = Path(out)
 
     def rel(url: str) -> str:
         if not is_seekable(url):

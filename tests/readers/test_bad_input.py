@@ -108,8 +108,10 @@ def test_consecutive_failures_span_shards(tmp_path: Path) -> None:
     b = _write(tmp_path / "b.tar", [{"__key__": f"f{i}", "txt": b""} for i in range(2)]
                + [{"__key__": "ok2", "txt": GOOD_TEXT}])
     cfg = ScanConfig(max_consecutive_failures=4)
+    with pytest.raises(TooManyFailures, match="4 consecutive"):
+        build_index([a, b], tmp_path / "i", config=cfg)  # one scanner sees both shards
     with pytest.raises(TooManyFailures, match="across shards"):
-        build_index([a, b], tmp_path / "i", config=cfg)
+        build_index([a, b], tmp_path / "i", config=cfg, workers=2)  # joined by the parent
     idx = build_index([a, b], tmp_path / "j", config=ScanConfig(max_consecutive_failures=5))
     assert list(idx.keys) == ["ok", "ok2"] and len(idx.skipped) == 4
 

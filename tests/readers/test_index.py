@@ -176,3 +176,31 @@ def test_decode_index_video_matches_planned_tokens(built_index: LengthIndex) -> 
         assert (h, w) == vt.resized
     with pytest.raises(ValueError, match="not video"):
         decode_index_video(idx, 0)
+
+
+def test_build_refuses_to_replace_a_non_index_directory(shard_paths: list[Path],
+                                                        tmp_path: Path) -> None:
+    precious = tmp_path / "mydata"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="not a length index"):
+        build_index(str(shard_paths[0]), precious)
+    assert (precious / "notes.txt").read_text() == "keep me"
+    build_index(str(shard_paths[0]), tmp_path / "idx")
+    again = build_index(str(shard_paths[1]), tmp_path / "idx")  # an old index is replaced
+    assert LengthIndex.open(tmp_path / "idx").header.shards[0].url.endswith(shard_paths[1].name)
+    assert again.shard_url(0).endswith(shard_paths[1].name)
+
+
+def test_workers_with_many_video_shards(shard_paths: list[Path], tmp_path: Path) -> None:
+    """Chunked pool scanning (probe children included) equals the serial scan."""
+    copies = []
+    for k in range(3):
+        dst = tmp_path / f"v{k}.tar"
+        dst.write_bytes(shard_paths[-1].read_bytes())
+        copies.append(str(dst))
+    serial = build_index([*copies, str(shard_paths[0])], tmp_path / "s")
+    pooled = build_index([*copies, str(shard_paths[0])], tmp_path / "p", workers=2)
+    assert np.array_equal(serial.seqlens, pooled.seqlens)
+    assert [s.url for s in serial.header.shards] == [s.url for s in pooled.header.shards]
+    assert (serial.modality == 1).sum() == 36
