@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from fcp_data.planner.plan import Plan
+
 __all__ = ["CPGroupCache", "ReplicaRanks"]
 
 
@@ -115,6 +117,13 @@ class CPGroupCache:
         for replicas in rings:
             for key in self.ranks.all_rank_sets(replicas):
                 self._touch_or_create(tuple(sorted(key)))
+
+    def prepare_plan(self, plan: Plan) -> None:
+        """`prepare` every wave's rings of a global-batch `fcp_data.planner.Plan`, in order.
+        COLLECTIVE. The cache's capacity must cover the distinct rings of one global batch (at
+        most num_replicas x num_waves x TP x PP), or early ones are evicted before use."""
+        for wave in plan.waves:
+            self.prepare(group.replicas for group in wave.groups)
 
     def get(self, ranks: Sequence[int]) -> dist.ProcessGroup:
         """The cached group of these global ranks; LookupError (never a hang) when missing.

@@ -11,7 +11,7 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from fcp_data.planner.plan import RankPlan
+from fcp_data.planner.plan import CPGroup, Plan, RankPlan, Wave
 from fcp_exec import CPGroupCache, ReplicaRanks, cp_context, local_token_index
 from fcp_exec.context import MEGATRON_CP_STATE
 from fcp_exec.megatron import (
@@ -41,6 +41,20 @@ def _rank_plan(replica: int, wave: int, ring: tuple[int, ...], seqlens: list[int
         sequence_ids=tuple(range(len(seqlens))), seqlens=tuple(seqlens), causal=tuple(causal),
         predicted_time=0.0, digest=digest,
     )  # fmt: skip
+
+
+def _plan() -> Plan:
+    """WAVES as a real fcp_data Plan (with digest), the object every replica holds."""
+    waves = tuple(
+        Wave(groups=tuple(
+            CPGroup(replicas=ring, degree=len(ring), sequence_ids=tuple(range(len(sl))),
+                    seqlens=tuple(sl), causal=tuple(cz), predicted_time=0.0)
+            for ring, (sl, cz) in zip(rings, seqs)
+        ))
+        for rings, seqs in WAVES
+    )  # fmt: skip
+    return Plan(num_replicas=4, waves=waves, predicted_time=0.0, lower_bound=0.0,
+                strategy="test", winner="test").with_digest()  # fmt: skip
 
 
 def _model() -> GPTModel:
@@ -150,14 +164,17 @@ def megatron_worker(rank: int, world: int) -> None:
     total_fcp = torch.zeros(())
     total_ref = torch.zeros(())
     singles = [(r,) for r in range(world)]
+    plan = _plan()
+    cache.prepare_plan(plan)  # every rank, same order: creates the global batch's groups
     for w, (rings, seqs) in enumerate(WAVES):
         ring_i = next(i for i, r in enumerate(rings) if rank in r)
         ring, (seqlens, causal) = rings[ring_i], seqs[ring_i]
         pack = _pack(seqlens, len(ring), seed=10 * w + ring_i)
         me = ring.index(rank)
         idx = local_token_index(pack["cu_p"], len(ring), me)
-        with cp_context(_rank_plan(rank, w, ring, seqlens, causal), groups=cache,
-                        wave_rings=rings):  # fmt: skip
+        rank_plan = plan.for_replica(rank, w)
+        assert rank_plan.group_replicas == ring and rank_plan.index_in_group == me
+        with cp_context(rank_plan, groups=cache, verify=True):
             loss = _loss_sum(fcp, pack, idx, causal)
             loss.backward()
         total_fcp += loss.detach()
