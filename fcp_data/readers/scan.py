@@ -17,8 +17,8 @@ import msgspec
 import numpy as np
 
 from .errors import ErrorPolicy, FailureLog
-from .media_meta import VideoMeta, image_size, parse_sidecar
-from .probe import Prober, ProbeTimeout
+from .media_meta import VideoMeta, image_size, video_meta_from_fields
+from .probe import BACKENDS, Prober, ProbeTimeout
 from .rules import get_rule
 from .rules_base import VisionTokenRule
 from .shards import BadMember, RawSample, is_seekable, iter_raw_samples, read_members
@@ -111,6 +111,9 @@ class Scanner:
         self.log = FailureLog(ErrorPolicy(on_error=config.on_error,  # type: ignore[arg-type]
                                           max_consecutive_failures=config.max_consecutive_failures))
         self._prober: Prober | None = None
+        if config.probe_backend not in BACKENDS:
+            raise ValueError(f"probe_backend={config.probe_backend!r}; allowed: "
+                             f"{', '.join(BACKENDS)}")
 
     def close(self) -> None:
         if self._prober is not None:
@@ -152,6 +155,12 @@ class Scanner:
             raise ValueError(f".json must be an object, got {type(obj).__name__}")
         return obj
 
+    def _sidecar(self, data: bytes) -> dict[str, Any]:
+        try:
+            return self._json(data)
+        except ValueError as exc:
+            raise ValueError(f"sidecar {exc}") from exc
+
     def _caption(self, raw: RawSample, fields: dict[str, Any] | None) -> int:
         if "txt" in raw.payload:
             return self.counter(self._text(raw.payload["txt"], ".txt caption"))
@@ -159,10 +168,10 @@ class Scanner:
             return self.counter(fields[self.config.caption_field])
         return 0
 
-    def _video_meta(self, url: str, raw: RawSample, vext: str) -> VideoMeta:
-        if "json" in raw.payload:
-            meta, _ = parse_sidecar(raw.payload["json"])
-            return meta
+    def _video_meta(self, url: str, raw: RawSample, vext: str,
+                    fields: dict[str, Any] | None) -> VideoMeta:
+        if fields is not None:
+            return video_meta_from_fields(fields)
         data = raw.payload.get(vext)
         if data is None:
             data = read_members(url, raw.members, [vext])[vext]
@@ -178,8 +187,8 @@ class Scanner:
         common = {"key": raw.key, "url": url, "members": dict(raw.members), "payload": keep}
         vext = next((e for e in VIDEO_EXTS if e in exts), None)
         if vext is not None:
-            meta = self._video_meta(url, raw, vext)
-            fields = self._json(raw.payload["json"]) if "json" in raw.payload else None
+            fields = self._sidecar(raw.payload["json"]) if "json" in raw.payload else None
+            meta = self._video_meta(url, raw, vext, fields)
             vt = self.rule.video(num_frames=meta.num_frames, fps=meta.fps, height=meta.height,
                                  width=meta.width)
             return SampleRecord(modality=1, text_tokens=self._caption(raw, fields),

@@ -176,3 +176,13 @@ def test_frame_indices_match_torch_linspace_round() -> None:
             assert list(vt.frame_indices) == ref, (total, fps)
             checked += 1
     assert checked > 400
+
+
+def test_qwen2vl_legacy_total_budget_option() -> None:
+    from fcp_data.readers.rules_qwen import QWEN2VL_LEGACY_TOTAL_PIXELS
+
+    rule = get_rule("qwen2-vl", total_pixels=QWEN2VL_LEGACY_TOTAL_PIXELS)
+    vt = rule.video(num_frames=1800, fps=30, height=1080, width=1920)
+    # max_pixels = 24576*784/120*2 = 321,126 -> beta = 2.541 -> floor28(425.0) x floor28(755.6)
+    # = 420 x 728 -> 15 x 26 = 390 tokens per group, 60 groups
+    assert vt.resized == (420, 728) and vt.vision == 60 * 15 * 26 == 23_400
