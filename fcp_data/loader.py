@@ -153,6 +153,7 @@ class FCPDataLoader:
         )
         self._epoch, self._batch, self._wave = 0, 0, 0
         self.metrics: BatchMetrics | None = None
+        self._warm = False
         self.metrics_history: deque[BatchMetrics] = deque(maxlen=opts.metrics_history)
 
     # ---- sizes -------------------------------------------------------------------------
@@ -223,6 +224,11 @@ class FCPDataLoader:
             yield from ds
             return
         opts = self.options
+        if not self._warm and (opts.multiprocessing_context or "fork") == "fork":
+            # forked workers inherit the planner's compiled kernels: ~0.6 s of numba loading
+            # paid once here instead of once per worker per epoch
+            self._builder.plan(self.sampler.batch(epoch, start))
+            self._warm = True
         dl = DataLoader(
             ds, batch_size=None, num_workers=min(self.num_workers, max(stop - start, 1)),
             prefetch_factor=self.prefetch_factor, collate_fn=_identity,

@@ -1,0 +1,172 @@
+"""Tokens/s delivered by FCPDataLoader vs a plain webdataset DataLoader over the same shards.
+
+Both pipelines read the same text shards (`make_shards`: Python stdlib sources, a long-tailed
+code corpus), tokenize with the same byte-level tokenizer and use the same number of DataLoader
+workers. The baseline packs each global batch into one THD buffer with cu_seqlens (what a plain
+packed loader does); FCPDataLoader also plans the batch (fcp_data.planner), reads by tar offset
+and zigzag-shards every sequence over its CP group.
+
+Rows: one replica (it delivers every token, so the ratio is directly comparable), and N
+replicas run one after another in this process, each delivering its own share: aggregate
+tokens/s = all tokens / the slowest replica's time (replicas run concurrently in a real job).
+Planning share = planner time / (planner + read + collate time) inside the workers.
+
+    .venv/bin/python bench/loader_throughput.py [--samples 600] [--workers 2] [--replicas 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["ByteTokenizer", "main"]
+
+
+class ByteTokenizer:
+    """utf-8 bytes + 1 as ids: exact, fast, picklable; the same in both pipelines."""
+
+    spec = "bench:bytes+1"
+
+    def __call__(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64) + 1
+
+
+def _text(sample: dict[str, Any]) -> str:
+    if "txt" in sample:
+        return sample["txt"].decode("utf-8")
+    return json.loads(sample["json"])["text"]
+
+
+class _PlainMap:
+    def __init__(self, eod: int) -> None:
+        self.tok, self.eod = ByteTokenizer(), eod
+
+    def __call__(self, sample: dict[str, Any]) -> torch.Tensor:
+        ids = self.tok(_text(sample))
+        return torch.from_numpy(np.concatenate([ids, [self.eod]]))
+
+
+def _pack(seqs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The same fields FCPDataLoader delivers (tokens, labels, loss mask, positions, cu_seqlens)
+    for one packed THD buffer, without CP sharding: what a plain packed loader has to build."""
+    lens = [len(s) for s in seqs]
+    tokens = torch.cat(seqs)
+    labels = torch.cat([torch.cat([s[1:], torch.tensor([-100])]) for s in seqs])
+    return {"tokens": tokens, "labels": labels, "loss_mask": (labels != -100).float(),
+            "position_ids": torch.cat([torch.arange(n) for n in lens]),
+            "cu_seqlens": torch.cumsum(torch.tensor([0, *lens]), 0).to(torch.int32)}
+
+
+def run_plain(urls: list[str], gbs: int, workers: int, repeat: int) -> tuple[int, float]:
+    import webdataset as wds
+
+    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+          .map(_PlainMap(eod=0)).batched(gbs, collation_fn=_pack, partial=True))
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
+                                     prefetch_factor=2 if workers else None)
+    for _ in zip(range(2), dl):  # warm-up: page cache, imports
+        pass
+    times, tokens = [], 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        tokens = sum(int(b["tokens"].numel()) for b in dl)
+        times.append(time.perf_counter() - t0)
+    return tokens, float(np.median(times))
+
+
+def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any,
+            repeat: int) -> dict[str, float]:
+    from fcp_data.loader import FCPDataLoader, LoaderOptions
+    from fcp_data.planner import Cluster
+
+    cap = int(index.seqlens.max()) // n + 2 * n + 64
+    times, real_tokens, plan_s, load_s, batches = [], 0, 0.0, 0.0, 0
+    for r in range(n):
+        ld = FCPDataLoader(index, cluster=Cluster(n, tokens_per_replica=cap), cost=cost,
+                           replica=r, global_batch_size=gbs, num_workers=workers,
+                           tokenizer=ByteTokenizer(), options=LoaderOptions(shuffle=False))
+        for _ in zip(range(2), ld):  # warm-up epoch start (planner kernels, page cache)
+            pass
+        ld.metrics_history.clear()
+        epoch_s, tokens = [], 0
+        for e in range(1, repeat + 1):
+            ld.set_epoch(e)
+            t0 = time.perf_counter()
+            tokens = sum(int(mb.local_cu_seqlens[-1]) for mb in ld)
+            epoch_s.append(time.perf_counter() - t0)
+        real_tokens += tokens
+        times.append(float(np.median(epoch_s)))
+        plan_s += sum(m.planning_s for m in ld.metrics_history)
+        load_s += sum(m.load_s for m in ld.metrics_history)
+        batches = len(ld.metrics_history) // repeat
+    return {"replicas": n, "tokens": real_tokens, "slowest_s": max(times),
+            "sum_s": sum(times), "tokens_per_s": real_tokens / max(times),
+            "planning_share": plan_s / max(plan_s + load_s, 1e-12),
+            "planning_ms_per_batch": 1e3 * plan_s / max(n * batches * repeat, 1)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=600)
+    ap.add_argument("--global-batch", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--replicas", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3, help="epochs timed; the median is kept")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
+                                         "loader_throughput.json"))
+    args = ap.parse_args(argv)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from fcp_data.planner import CostModel
+    from fcp_data.readers import build_index, make_shards
+    from fcp_data.readers.text import CallableCounter
+
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = make_shards(Path(tmp) / "shards", text=args.samples, seed=0,
+                            samples_per_shard=64)
+        urls = [str(p) for p in paths]
+        counter = CallableCounter(ByteTokenizer(), spec=ByteTokenizer.spec)
+        index = build_index(urls, Path(tmp) / "index", counter=counter)
+        cost = CostModel.from_model("qwen3-1.7b", "cpu")
+        plain_tokens, plain_s = run_plain(urls, args.global_batch, args.workers, args.repeat)
+        rows = [run_fcp(index, n, args.global_batch, args.workers, cost, args.repeat)
+                for n in (1, args.replicas)]
+    plain_tps = plain_tokens / plain_s
+    result = {
+        "samples": args.samples, "global_batch": args.global_batch, "workers": args.workers,
+        "repeat": args.repeat, "command": "python bench/loader_throughput.py " + " ".join(
+            argv if argv is not None else __import__("sys").argv[1:]),
+        "tokens": plain_tokens, "plain": {"seconds": plain_s, "tokens_per_s": plain_tps},
+        "fcp": [{**r, "ratio_to_plain": r["tokens_per_s"] / plain_tps} for r in rows],
+    }
+    table = Table(title=f"loader throughput: {args.samples} stdlib-text samples, "
+                        f"{plain_tokens:,} tokens, global batch {args.global_batch}, "
+                        f"{args.workers} workers")
+    for col in ("pipeline", "seconds", "tokens/s", "x plain", "planning share", "plan ms/batch"):
+        table.add_column(col, justify="right" if col != "pipeline" else "left")
+    table.add_row("plain webdataset + THD pack", f"{plain_s:.2f}", f"{plain_tps:,.0f}", "1.00",
+                  "-", "-")
+    for r in result["fcp"]:
+        table.add_row(f"FCPDataLoader, {r['replicas']} replica(s)", f"{r['slowest_s']:.2f}",
+                      f"{r['tokens_per_s']:,.0f}", f"{r['ratio_to_plain']:.2f}",
+                      f"{100 * r['planning_share']:.1f}%", f"{r['planning_ms_per_batch']:.1f}")
+    console.print(table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    console.print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
