@@ -2,8 +2,9 @@
 
 Strategies:
 - "fcp" (default): several candidates, the best predicted one kept — the paper's waves with BFD
-  + 2D-DP, mixed-degree lanes (dual approximation, two settings), moldable list scheduling, and
-  the best static-balanced plan, so fcp is never worse than static-balanced under its own model.
+  + 2D-DP, mixed-degree lanes (dual approximation), a prologue of the widest sequences followed
+  by lanes, moldable list scheduling, and the best static-balanced and static plans, so fcp is
+  never worse than either static plan under its own model.
 - "paper", "lanes", "moldable": one candidate family alone (for study).
 - "static": Megatron-LM's static CP; "static-balanced": one fixed degree, sequences dealt by
   predicted time; "pow2": the fcp planner restricted to power-of-two degrees (DeepSpeed-Ulysses /
@@ -62,13 +63,22 @@ def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Sche
     return out
 
 
+LARGE = 2_000_000  # sequences × replicas above which the costlier candidates are trimmed
+
+
 def _fcp_family(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule | None]:
+    """All candidates. On large problems (8192 sequences on 1024 replicas is 8.4M) the paper's
+    candidate tries one wave count instead of three and moldable list scheduling, whose cost
+    grows as sequences × replicas × degrees and which never wins there, is left out: this keeps
+    such a plan near 0.2 s instead of 0.6 s."""
+    large = units.size * prob.n > LARGE
     return [
-        paper_schedule(prob, units),
+        paper_schedule(prob, units, tries=1 if large else 3),
         *lane_candidates(prob, lower, units),
         *_prologue_lanes(prob, lower, units),
-        moldable_schedule(prob, units),
+        None if large else moldable_schedule(prob, units),
         static_balanced(prob, units),
+        static_megatron(prob, units),
     ]
 
 

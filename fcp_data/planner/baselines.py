@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from .kernels import pack_local
@@ -22,17 +23,19 @@ from .problem import Problem, Schedule
 __all__ = ["megatron_hybrid", "static_megatron"]
 
 
-def _next_fit(lens: np.ndarray, ids: np.ndarray, d: int, cap: int) -> list[np.ndarray]:
-    local = np.array([pack_local(int(s), d) for s in lens[ids]], dtype=np.int64)
-    out: list[np.ndarray] = []
-    start, used = 0, 0
-    for j, loc in enumerate(local):
-        if used + loc > cap and j > start:
-            out.append(ids[start:j])
-            start, used = j, 0
-        used += int(loc)
-    out.append(ids[start:])
-    return out
+@nb.njit(cache=True)
+def _next_fit(lens, ids, d: int, cap: int):
+    """Micro-batch of each sequence when packed in data order, closing a batch when full."""
+    mb = np.empty(ids.size, np.int64)
+    cur, used = 0, 0
+    for j in range(ids.size):
+        loc = pack_local(lens[ids[j]], d)
+        if used + loc > cap and used > 0:
+            cur += 1
+            used = 0
+        used += loc
+        mb[j] = cur
+    return mb
 
 
 def static_megatron(prob: Problem, units: np.ndarray | None = None) -> Schedule | None:
@@ -42,15 +45,14 @@ def static_megatron(prob: Problem, units: np.ndarray | None = None) -> Schedule 
     for d in range(max(1, lo), prob.n + 1):
         if prob.n % d or not prob.allowed[d]:
             continue
-        mbs = _next_fit(prob.lens, ids, d, prob.cap)
-        groups = prob.n // d
-        starts = np.array([(j % groups) * d for j in range(len(mbs))], np.int64)
-        grp = np.repeat(np.arange(len(mbs)), [m.size for m in mbs])
+        grp = _next_fit(prob.lens, ids, d, prob.cap)
+        count = int(grp[-1]) + 1
+        starts = (np.arange(count) % (prob.n // d)) * d
         sch = Schedule(
             name=f"static(d={d})",
             starts=starts,
-            degs=np.full(len(mbs), d, np.int64),
-            units=np.concatenate(mbs),
+            degs=np.full(count, d, np.int64),
+            units=ids,
             unit_group=grp,
         ).score(prob)
         if best is None or sch.makespan < best.makespan:

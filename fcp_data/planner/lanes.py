@@ -13,6 +13,7 @@ then start when their replicas leave the prologue.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,7 +161,22 @@ def static_balanced(prob: Problem, units: np.ndarray | None = None) -> Schedule 
     return best
 
 
-def _feasible(prob: Problem, target: float, credit: float, units: np.ndarray):
+def _pow2_mask(prob: Problem) -> np.ndarray:
+    mask = np.zeros_like(prob.allowed)
+    d = 1
+    while d <= prob.n:
+        mask[d] = prob.allowed[d]
+        d *= 2
+    return mask
+
+
+def _feasible(
+    prob: Problem,
+    target: float,
+    credit: float,
+    units: np.ndarray,
+    allowed: np.ndarray | None = None,
+):
     wide, k1 = lanes_for_target(
         prob.att,
         prob.lin,
@@ -171,34 +187,40 @@ def _feasible(prob: Problem, target: float, credit: float, units: np.ndarray):
         target,
         prob.n,
         prob.rpn,
-        prob.allowed,
+        prob.allowed if allowed is None else allowed,
         prob.p,
         credit,
     )
     return (wide, k1) if k1 >= 0 else None
 
 
-def _smallest_target(prob: Problem, lower: float, credit: float, units: np.ndarray):
+def _smallest_target(
+    prob: Problem, lower: float, credit: float, units: np.ndarray, allowed: np.ndarray
+):
+    """Bisect the smallest target makespan whose lanes fit N replicas: (wide degrees, target)."""
     hi = max(lower, 1e-12)
-    found = _feasible(prob, hi, credit, units)
+    found = _feasible(prob, hi, credit, units, allowed)
     grow = 0
     while found is None and grow < 60:
         hi *= 1.5
         grow += 1
-        found = _feasible(prob, hi, credit, units)
+        found = _feasible(prob, hi, credit, units, allowed)
     if found is None:
         return None
     lo = hi / 1.5 if grow else hi
-    for _ in range(12):
-        if hi - lo <= 2e-3 * hi:
+    for _ in range(10):
+        if hi - lo <= 4e-3 * hi:
             break
         mid = 0.5 * (lo + hi)
-        got = _feasible(prob, mid, credit, units)
+        got = _feasible(prob, mid, credit, units, allowed)
         if got is None:
             lo = mid
         else:
             hi, found = mid, got
-    return found
+    return found[0], hi
+
+
+SLACKS = (0.0, 0.04, 0.1)
 
 
 def lane_candidates(
@@ -207,21 +229,41 @@ def lane_candidates(
     units: np.ndarray | None = None,
     prologue: Schedule | None = None,
     credits: tuple[float, ...] = (0.0, 0.8),
+    keep: int = 2,
 ) -> list[Schedule]:
-    """Mixed-degree lanes from the dual approximation, one per credit setting."""
+    """Mixed-degree lanes from the dual approximation.
+
+    For each credit setting the smallest feasible target M is bisected; the lane sets needed
+    for M, 1.04 M and 1.1 M are all dealt (a looser target buys wider lanes, which can balance
+    better once real times replace the target), and the `keep` best by dealt load are packed
+    and scored.
+    """
     ids = prob.order if units is None else units
     free = _free_after(prob, prologue)
-    out: list[Schedule] = []
     tag = "" if prologue is None else f"{prologue.name}+"
-    for credit in credits:
-        found = _smallest_target(prob, max(lower - float(free.mean()), 0.0), credit, ids)
+    configs: dict[tuple[int, ...], str] = {}
+    masks = [("", prob.allowed)]
+    pow2 = _pow2_mask(prob)
+    if not np.array_equal(pow2, prob.allowed):
+        masks.append(("pow2-", pow2))  # rounding degrees up to powers of two: wider lanes
+    for (mname, mask), credit in itertools.product(masks, credits):
+        found = _smallest_target(prob, max(lower - float(free.mean()), 0.0), credit, ids, mask)
         if found is None:
             continue
-        wide, _ = found
-        degs = np.array(
-            sorted([*wide.tolist(), *[1] * (prob.n - int(wide.sum()))], reverse=True), np.int64
-        )
+        wide, target = found
+        for slack in SLACKS:
+            if slack:
+                got = _feasible(prob, target * (1 + slack), credit, ids, mask)
+                if got is None:
+                    continue
+                wide = got[0]
+            key = tuple(sorted(wide.tolist(), reverse=True))
+            configs.setdefault(key, f"{tag}{mname}lanes(credit={credit},slack={slack})")
+    dealt = []
+    for key, name in configs.items():
+        degs = np.array([*key, *[1] * (prob.n - sum(key))], np.int64)
         deal = _deal(prob, degs, ids, True, free)
         if deal is not None:
-            out.append(_finish(prob, deal, ids, f"{tag}lanes(credit={credit})", prologue))
-    return out
+            dealt.append((float(deal.load.max()), name, deal))
+    dealt.sort(key=lambda x: (x[0], x[1]))
+    return [_finish(prob, deal, ids, name, prologue) for _, name, deal in dealt[:keep]]

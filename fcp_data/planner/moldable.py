@@ -20,8 +20,8 @@ def moldable_schedule(
     prob: Problem, units: np.ndarray | None = None, extra: int = 8
 ) -> Schedule | None:
     order = prob.order if units is None else units
-    if order.size * prob.n * (extra + 1) > 4e7:
-        extra = max(1, int(4e7 // max(1, order.size * prob.n)) - 1)
+    if order.size * prob.n * (extra + 1) > 1e7:  # bounded work at 1024 replicas
+        extra = max(1, int(1e7 // max(1, order.size * prob.n)) - 1)
     w_start, w_deg, _, span = list_schedule(
         prob.att,
         prob.lin,

@@ -37,6 +37,9 @@ def _place(degs, order, n: int, rpn: int):
     free = np.ones(n, dtype=np.bool_)
     starts = np.full(degs.size, -1, np.int64)
     nodes = (n + rpn - 1) // rpn
+    rooms = np.empty(nodes, np.int64)
+    for nd in range(nodes):
+        rooms[nd] = min(n, (nd + 1) * rpn) - nd * rpn
     for t in range(order.size):
         i = order[t]
         d = degs[i]
@@ -48,10 +51,7 @@ def _place(degs, order, n: int, rpn: int):
             for nd in range(nodes):
                 lo = nd * rpn
                 hi = min(n, lo + rpn)
-                room = 0
-                for r in range(lo, hi):
-                    if free[r]:
-                        room += 1
+                room = rooms[nd]
                 if d <= room < best_room:
                     cand = _run_in(free, lo, hi, d, 1)
                     if cand >= 0:
@@ -67,6 +67,7 @@ def _place(degs, order, n: int, rpn: int):
             return starts
         for r in range(s, s + d):
             free[r] = False
+            rooms[r // rpn] -= 1
         starts[i] = s
     return starts
 

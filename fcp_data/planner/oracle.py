@@ -1,0 +1,73 @@
+"""Exhaustive optimum for tiny batches, under the same cost model and plan space as fcp.
+
+Enumerates every partition of the sequences into micro-batches, every order of them and every
+contiguous replica window (start, degree) holding each, with groups starting as soon as their
+window is free. Exponential: for tests and benchmarks with at most ~5 sequences on ~4 replicas.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from .cluster import Cluster
+from .cost import CostModel, padded_length
+
+__all__ = ["exhaustive_optimum"]
+
+
+def _set_partitions(items: list[int]) -> Iterator[list[list[int]]]:
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _set_partitions(rest):
+        for i in range(len(part)):
+            yield [*part[:i], [first, *part[i]], *part[i + 1 :]]
+        yield [[first], *part]
+
+
+def exhaustive_optimum(
+    seqlens: Sequence[int] | np.ndarray, cluster: Cluster, cost: CostModel
+) -> float:
+    lens = np.asarray(seqlens, dtype=np.int64)
+    if lens.size > 6 or cluster.num_replicas > 5:
+        raise ValueError(
+            f"exhaustive search is for tiny batches (≤ 6 sequences, ≤ 5 replicas); got "
+            f"{lens.size} sequences on {cluster.num_replicas} replicas"
+        )
+    n, rpn, cap = cluster.num_replicas, cluster.replicas_per_node, cost.capacity_tokens(cluster)
+    speed = cluster.speeds()
+    best = math.inf
+    for part in _set_partitions(list(range(lens.size))):
+        options = []
+        for block in part:
+            opts = []
+            for d in range(1, n + 1):
+                if sum(padded_length(int(s), d) // d for s in lens[block]) > cap:
+                    continue
+                for s0 in range(n - d + 1):
+                    t = cost.group_time(
+                        lens[block],
+                        d,
+                        inter_node=s0 // rpn != (s0 + d - 1) // rpn,
+                        speed=float(speed[s0 : s0 + d].min()),
+                    )
+                    opts.append((s0, d, t))
+            if not opts:
+                break
+            options.append(opts)
+        else:
+            for perm in itertools.permutations(range(len(part))):
+                for choice in itertools.product(*(options[i] for i in perm)):
+                    free = [0.0] * n
+                    for s0, d, t in choice:
+                        end = max(free[s0 : s0 + d]) + t
+                        free[s0 : s0 + d] = [end] * d
+                        if end >= best:
+                            break
+                    best = min(best, max(free))
+    return best
