@@ -6,10 +6,15 @@ workers. The baseline packs each global batch into one THD buffer with cu_seqlen
 packed loader does); FCPDataLoader also plans the batch (fcp_data.planner), reads by tar offset
 and zigzag-shards every sequence over its CP group.
 
-Rows: one replica (it delivers every token, so the ratio is directly comparable), and N
-replicas run one after another in this process, each delivering its own share: aggregate
-tokens/s = all tokens / the slowest replica's time (replicas run concurrently in a real job).
-Planning share = planner time / (planner + read + collate time) inside the workers.
+Rows: one replica (it delivers every token), and N replicas run one after another in this
+process (each would have its own CPUs in a job), each delivering its own share; the job's
+tokens/s = all tokens / the slowest replica's time. FCP on one replica is compared with the
+plain loader on one replica; FCP on N replicas with plain data parallelism on N replicas
+(replica r reads shards r, r+N, ...). "steady" leaves out worker start-up (time from the first
+batch on), which a long epoch amortises. Planning share = planner time / (planner + read +
+collate time) inside the workers. Every FCP replica plans every global batch (no collective),
+and every member of a degree-d CP group reads and tokenizes the group's whole sequences, so
+per-replica work does not shrink by 1/N the way plain data parallelism's does.
 
     .venv/bin/python bench/loader_throughput.py [--samples 600] [--workers 2] [--replicas 4]
 """
@@ -64,7 +69,21 @@ def _pack(seqs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
             "cu_seqlens": torch.cumsum(torch.tensor([0, *lens]), 0).to(torch.int32)}
 
 
-def run_plain(urls: list[str], gbs: int, workers: int, repeat: int) -> tuple[int, float]:
+def _timed(sizes: Any) -> tuple[int, tuple[float, float]]:
+    """(sum of sizes, (wall seconds, seconds after the first item arrived)): the second leaves
+    out worker start-up, which a long training epoch amortises."""
+    t0 = time.perf_counter()
+    total, first = 0, None
+    for n in sizes:
+        if first is None:
+            first = time.perf_counter()
+        total += n
+    t1 = time.perf_counter()
+    return total, (t1 - t0, t1 - (first or t0))
+
+
+def run_plain(urls: list[str], gbs: int, workers: int,
+              repeat: int) -> tuple[int, float, float]:
     import webdataset as wds
 
     ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
@@ -73,12 +92,26 @@ def run_plain(urls: list[str], gbs: int, workers: int, repeat: int) -> tuple[int
                                      prefetch_factor=2 if workers else None)
     for _ in zip(range(2), dl):  # warm-up: page cache, imports
         pass
-    times, tokens = [], 0
+    times, steady, tokens = [], [], 0
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        tokens = sum(int(b["tokens"].numel()) for b in dl)
-        times.append(time.perf_counter() - t0)
-    return tokens, float(np.median(times))
+        tokens, s = _timed(int(b["tokens"].numel()) for b in dl)
+        times.append(s[0])
+        steady.append(s[1])
+    return tokens, float(np.median(times)), float(np.median(steady))
+
+
+def run_plain_dp(urls: list[str], n: int, gbs: int, workers: int,
+                 repeat: int) -> dict[str, float]:
+    """Plain data parallelism on n replicas: replica r reads shards r, r+n, ... (split_by_node)
+    with a per-replica batch of gbs / n; the job waits for the slowest replica."""
+    times, steady, total = [], [], 0
+    for r in range(n):
+        tokens, wall, st = run_plain(urls[r::n], max(1, gbs // n), workers, repeat)
+        total += tokens
+        times.append(wall)
+        steady.append(st)
+    return {"replicas": n, "tokens": total, "slowest_s": max(times),
+            "tokens_per_s": total / max(times), "steady_tokens_per_s": total / max(steady)}
 
 
 def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any,
@@ -87,7 +120,7 @@ def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any,
     from fcp_data.planner import Cluster
 
     cap = int(index.seqlens.max()) // n + 2 * n + 64
-    times, real_tokens, plan_s, load_s, batches = [], 0, 0.0, 0.0, 0
+    times, steady, real_tokens, plan_s, load_s, batches = [], [], 0, 0.0, 0.0, 0
     for r in range(n):
         ld = FCPDataLoader(index, cluster=Cluster(n, tokens_per_replica=cap), cost=cost,
                            replica=r, global_batch_size=gbs, num_workers=workers,
@@ -95,19 +128,21 @@ def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any,
         for _ in zip(range(2), ld):  # warm-up epoch start (planner kernels, page cache)
             pass
         ld.metrics_history.clear()
-        epoch_s, tokens = [], 0
+        epoch_s, steady_s, tokens = [], [], 0
         for e in range(1, repeat + 1):
             ld.set_epoch(e)
-            t0 = time.perf_counter()
-            tokens = sum(int(mb.local_cu_seqlens[-1]) for mb in ld)
-            epoch_s.append(time.perf_counter() - t0)
+            tokens, (wall, st) = _timed(int(mb.local_cu_seqlens[-1]) for mb in ld)
+            epoch_s.append(wall)
+            steady_s.append(st)
         real_tokens += tokens
         times.append(float(np.median(epoch_s)))
+        steady.append(float(np.median(steady_s)))
         plan_s += sum(m.planning_s for m in ld.metrics_history)
         load_s += sum(m.load_s for m in ld.metrics_history)
         batches = len(ld.metrics_history) // repeat
     return {"replicas": n, "tokens": real_tokens, "slowest_s": max(times),
             "sum_s": sum(times), "tokens_per_s": real_tokens / max(times),
+            "steady_slowest_s": max(steady), "steady_tokens_per_s": real_tokens / max(steady),
             "planning_share": plan_s / max(plan_s + load_s, 1e-12),
             "planning_ms_per_batch": 1e3 * plan_s / max(n * batches * repeat, 1)}
 
@@ -130,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from fcp_data.readers import build_index, make_shards
     from fcp_data.readers.text import CallableCounter
 
-    console = Console()
+    console = Console(width=120)
     with tempfile.TemporaryDirectory() as tmp:
         paths = make_shards(Path(tmp) / "shards", text=args.samples, seed=0,
                             samples_per_shard=64)
@@ -138,28 +173,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         counter = CallableCounter(ByteTokenizer(), spec=ByteTokenizer.spec)
         index = build_index(urls, Path(tmp) / "index", counter=counter)
         cost = CostModel.from_model("qwen3-1.7b", "cpu")
-        plain_tokens, plain_s = run_plain(urls, args.global_batch, args.workers, args.repeat)
+        plain_tokens, plain_s, plain_steady = run_plain(urls, args.global_batch, args.workers,
+                                                        args.repeat)
+        dp = run_plain_dp(urls, args.replicas, args.global_batch, args.workers, args.repeat)
         rows = [run_fcp(index, n, args.global_batch, args.workers, cost, args.repeat)
                 for n in (1, args.replicas)]
-    plain_tps = plain_tokens / plain_s
+    plain_tps, plain_steady_tps = plain_tokens / plain_s, plain_tokens / plain_steady
     result = {
         "samples": args.samples, "global_batch": args.global_batch, "workers": args.workers,
         "repeat": args.repeat, "command": "python bench/loader_throughput.py " + " ".join(
             argv if argv is not None else __import__("sys").argv[1:]),
-        "tokens": plain_tokens, "plain": {"seconds": plain_s, "tokens_per_s": plain_tps},
-        "fcp": [{**r, "ratio_to_plain": r["tokens_per_s"] / plain_tps} for r in rows],
+        "tokens": plain_tokens,
+        "plain": {"seconds": plain_s, "tokens_per_s": plain_tps,
+                  "steady_seconds": plain_steady, "steady_tokens_per_s": plain_steady_tps},
+        "plain_dp": dp,
+        "fcp": [{**r, "ratio_to_plain": r["tokens_per_s"] / base["tokens_per_s"],
+                 "steady_ratio_to_plain": r["steady_tokens_per_s"] / base["steady_tokens_per_s"]}
+                for r, base in zip(rows, (
+                    {"tokens_per_s": plain_tps, "steady_tokens_per_s": plain_steady_tps}, dp))],
     }
     table = Table(title=f"loader throughput: {args.samples} stdlib-text samples, "
                         f"{plain_tokens:,} tokens, global batch {args.global_batch}, "
                         f"{args.workers} workers")
-    for col in ("pipeline", "seconds", "tokens/s", "x plain", "planning share", "plan ms/batch"):
+    for col in ("pipeline", "epoch s", "tokens/s", "x plain", "steady x plain", "planning",
+                "plan ms/batch"):
         table.add_column(col, justify="right" if col != "pipeline" else "left")
-    table.add_row("plain webdataset + THD pack", f"{plain_s:.2f}", f"{plain_tps:,.0f}", "1.00",
+    table.add_row("plain, 1 replica", f"{plain_s:.2f}", f"{plain_tps:,.0f}", "1.00", "1.00",
                   "-", "-")
+    table.add_row(f"plain DP, {dp['replicas']} replicas", f"{dp['slowest_s']:.2f}",
+                  f"{dp['tokens_per_s']:,.0f}", "1.00", "1.00", "-", "-")
     for r in result["fcp"]:
-        table.add_row(f"FCPDataLoader, {r['replicas']} replica(s)", f"{r['slowest_s']:.2f}",
+        table.add_row(f"FCP, {r['replicas']} replica(s)", f"{r['slowest_s']:.2f}",
                       f"{r['tokens_per_s']:,.0f}", f"{r['ratio_to_plain']:.2f}",
-                      f"{100 * r['planning_share']:.1f}%", f"{r['planning_ms_per_batch']:.1f}")
+                      f"{r['steady_ratio_to_plain']:.2f}", f"{100 * r['planning_share']:.1f}%",
+                      f"{r['planning_ms_per_batch']:.1f}")
     console.print(table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
