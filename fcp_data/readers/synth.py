@@ -43,13 +43,14 @@ def stdlib_sources() -> list[Path]:
 
 
 def encode_video(num_frames: int, width: int, height: int, fps: int, *, seed: int = 0,
-                 codec: str = "libx264") -> bytes:
-    """An mp4 of `num_frames` moving-gradient frames (yuv420p, so sides must be even)."""
+                 codec: str = "libx264", fmt: str = "mp4") -> bytes:
+    """A `fmt` file ("mp4", "matroska", "webm") of `num_frames` moving-gradient frames
+    (yuv420p, so sides must be even)."""
     import av
 
     rng = np.random.default_rng(seed)
     buf = io.BytesIO()
-    with av.open(buf, mode="w", format="mp4") as container:
+    with av.open(buf, mode="w", format=fmt) as container:
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         if codec == "libx264":

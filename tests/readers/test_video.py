@@ -127,3 +127,17 @@ def test_index_read_is_thread_safe(built_index) -> None:
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(idx.read, order))
     assert all(g == want[i] for g, i in zip(got, order))
+
+
+def test_mkv_without_header_frame_count_is_counted(prober_pyav: Prober) -> None:
+    """Matroska stores no frame count: the PyAV probe counts demuxed packets instead."""
+    import io
+
+    import av
+
+    mkv = encode_video(15, 64, 48, 10, codec="mpeg4", fmt="matroska")
+    with av.open(io.BytesIO(mkv)) as c:
+        assert c.streams.video[0].frames == 0  # the header really lacks it
+    meta = prober_pyav.probe(mkv)
+    assert (meta.num_frames, meta.fps, meta.width, meta.height) == (15, 10.0, 64, 48)
+    assert meta.duration == pytest.approx(1.5)
