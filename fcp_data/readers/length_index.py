@@ -61,7 +61,11 @@ class LengthIndex:
         if not head.is_file():
             raise FileNotFoundError(f"{path} is not a length index (no {HEADER_NAME}); "
                                     "build one with `fcp index SHARDS -o INDEX`")
-        raw = msgspec.json.decode(head.read_bytes())
+        try:
+            raw = msgspec.json.decode(head.read_bytes())
+        except msgspec.DecodeError as exc:
+            raise StaleIndexError(f"{head} is not valid JSON ({exc}); rebuild the index with "
+                                  "`fcp index`") from exc
         version = raw.get("format_version") if isinstance(raw, dict) else None
         if version != FORMAT_VERSION:
             raise StaleIndexError(f"{path}: index format {version}, this fcp reads "

@@ -204,3 +204,17 @@ def test_workers_with_many_video_shards(shard_paths: list[Path], tmp_path: Path)
     assert np.array_equal(serial.seqlens, pooled.seqlens)
     assert [s.url for s in serial.header.shards] == [s.url for s in pooled.header.shards]
     assert (serial.modality == 1).sum() == 36
+
+
+def test_empty_index_and_corrupt_header(tmp_path: Path) -> None:
+    from webdataset import TarWriter
+
+    shard = tmp_path / "e.tar"
+    with TarWriter(str(shard)) as w:
+        w.write({"__key__": "a", "txt": b""})
+    idx = build_index(str(shard), tmp_path / "idx")
+    assert len(idx) == 0 and idx.seqlens.dtype == np.int64
+    assert [s.key for s in idx.skipped] == ["a"]  # the index says why it is empty
+    (tmp_path / "idx" / "header.json").write_text("{oops")
+    with pytest.raises(StaleIndexError, match="not valid JSON"):
+        LengthIndex.open(tmp_path / "idx")
