@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from loader_helpers import ByteTokenizer, TarIndex, write_text_shards
+from loader_helpers import ByteTokenizer, TarIndex, cluster, write_text_shards
 
-from fcp_data.planner import Cluster, CostModel
+from fcp_data.planner import CostModel
 
 NUM_SAMPLES = 90
+__all__ = ["NUM_SAMPLES", "cluster"]
 
 
 @pytest.fixture(scope="session")
@@ -26,8 +27,3 @@ def index(shards) -> TarIndex:
 @pytest.fixture(scope="session")
 def cost() -> CostModel:
     return CostModel.from_model("qwen3-1.7b", "cpu")
-
-
-def cluster(n: int, tokens: int = 1100) -> Cluster:
-    # 1100 tokens a replica: 3000-token samples need degree 3, short ones share a replica
-    return Cluster(n, replicas_per_node=4, tokens_per_replica=tokens)

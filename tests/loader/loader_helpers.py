@@ -16,9 +16,21 @@ from typing import Any
 
 import numpy as np
 
-from fcp_data.planner import CPGroup, Plan, Wave, padded_length
+from fcp_data.planner import Cluster, CPGroup, Plan, Wave, padded_length
 
-__all__ = ["ByteTokenizer", "TarIndex", "reassemble", "simple_planner", "write_text_shards"]
+__all__ = [
+    "ByteTokenizer",
+    "TarIndex",
+    "cluster",
+    "reassemble",
+    "simple_planner",
+    "write_text_shards",
+]
+
+
+def cluster(n: int, tokens: int = 1100) -> Cluster:
+    """1100 tokens a replica: 3000-token samples need degree 3, short ones share a replica."""
+    return Cluster(n, replicas_per_node=4, tokens_per_replica=tokens)
 
 
 class ByteTokenizer:
