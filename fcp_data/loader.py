@@ -4,6 +4,20 @@ Planning runs in torch DataLoader worker processes: worker w of W plans and coll
 batches start+w, start+w+W, ... and torch hands their results back round-robin, so batch b+1
 is planned (the paper's asynchronous CPU scheduling) while the training loop runs batch b. With
 num_workers=0 the same code runs inline and yields identical micro-batches.
+
+    loader = FCPDataLoader(index_dir, cluster=cluster, cost=cost, replica=my_replica,
+                           global_batch_size=256, tokenizer=tok, vision_rule="qwen2.5-vl")
+    loader.load_state_dict(ckpt["loader"])           # exact or elastic resume
+    for mb in loader:
+        with fcp_exec.cp_context(mb.plan, groups=cache, wave_rings=mb.wave_groups) as cp:
+            if not mb.is_empty:                     # an empty wave is a no-op
+                mb = mb.to(device)
+                loss = (model(mb.tokens, mb.position_ids, labels=mb.labels,
+                              packed_seq_params=mb.packed_seq_params()) * mb.loss_mask).sum()
+                (loss / mb.global_num_loss_tokens).backward()   # exact per-token mean
+                # (under a SUM gradient all-reduce; DDP averages, so scale by num_replicas)
+        if mb.is_last_wave:
+            optimizer.step(); ckpt["loader"] = loader.state_dict()
 """
 
 from __future__ import annotations
