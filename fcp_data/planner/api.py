@@ -46,7 +46,9 @@ def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Sche
     by moldable list scheduling; the rest in lanes that start as replicas leave the prologue.
 
     A group that spans most of the cluster cannot share it with lanes; run later it would wait
-    for the slowest lane. Running such groups first costs no waiting at all.
+    for the slowest lane. Running such groups first costs no waiting at all. The prologue is
+    tried at the wide sequences' minimum degrees (leaving the most replicas to the lanes) and
+    with up to 8 more replicas each (finishing the prologue sooner).
     """
     out: list[Schedule] = []
     seen: set[int] = set()
@@ -56,10 +58,13 @@ def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Sche
         if count == 0 or count == units.size or count in seen:
             continue
         seen.add(count)
-        pro = moldable_schedule(prob, units[wide])
-        if pro is not None:
-            pro.name = f"prologue(d>N/{frac})"
-            out += lane_candidates(prob, lower, units[~wide], prologue=pro, credits=(0.8,))
+        for extra in (0, 8):
+            pro = moldable_schedule(prob, units[wide], extra=extra)
+            if pro is not None:
+                pro.name = f"prologue(d>N/{frac},+{extra})"
+                out += lane_candidates(
+                    prob, lower, units[~wide], prologue=pro, credits=(0.8,), keep=1
+                )
     return out
 
 

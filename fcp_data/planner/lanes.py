@@ -50,7 +50,7 @@ def _free_after(prob: Problem, prologue: Schedule | None) -> np.ndarray:
 def _deal(
     prob: Problem, degs: np.ndarray, units: np.ndarray, refine: bool, free: np.ndarray
 ) -> _Deal | None:
-    starts = place_degrees(degs, prob.n, prob.rpn)
+    starts = place_degrees(degs, prob.n, prob.rpn, free)
     inter = (starts // prob.rpn) != ((starts + degs - 1) // prob.rpn)
     if prob.cluster.heterogeneous:
         speed = np.array([prob.speed[s : s + d].min() for s, d in zip(starts, degs)])

@@ -58,6 +58,7 @@ def _paper_waves(att, lin, comm, gd, n, rpn, allowed, speed, p, nwaves):
         load[best] += work[g]
         room[best] -= gd[g]
     free = np.zeros(n)
+    node_order = np.arange((n + rpn - 1) // rpn)
     out_g = np.empty(k, np.int64)
     out_s = np.empty(k, np.int64)
     out_d = np.empty(k, np.int64)
@@ -69,7 +70,7 @@ def _paper_waves(att, lin, comm, gd, n, rpn, allowed, speed, p, nwaves):
         deg, span = dp_degrees(att[idx], lin[idx], comm[idx], gd[idx], n, rpn, allowed, p)
         if span >= INF:
             return order, np.zeros(0, np.int64), np.zeros(0, np.int64), INF
-        st = _place(deg, np.argsort(-deg, kind="mergesort"), n, rpn)
+        st = _place(deg, np.argsort(-deg, kind="mergesort"), n, rpn, node_order)
         times = np.empty(idx.size)
         for j in range(idx.size):
             g = idx[j]

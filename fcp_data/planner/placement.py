@@ -33,7 +33,7 @@ def _run_in(free, lo: int, hi: int, d: int, step: int) -> int:
 
 
 @nb.njit(cache=True)
-def _place(degs, order, n: int, rpn: int):
+def _place(degs, order, n: int, rpn: int, node_order):
     free = np.ones(n, dtype=np.bool_)
     starts = np.full(degs.size, -1, np.int64)
     nodes = (n + rpn - 1) // rpn
@@ -48,7 +48,8 @@ def _place(degs, order, n: int, rpn: int):
             s = _run_in(free, 0, n, d, rpn)
         else:
             best_room = rpn + 1
-            for nd in range(nodes):
+            for t2 in range(nodes):
+                nd = node_order[t2]
                 lo = nd * rpn
                 hi = min(n, lo + rpn)
                 room = rooms[nd]
@@ -72,10 +73,22 @@ def _place(degs, order, n: int, rpn: int):
     return starts
 
 
-def place_degrees(degrees: list[int] | np.ndarray, n: int, rpn: int) -> np.ndarray:
-    """Start replica of each degree's window (same order as `degrees`); windows are disjoint."""
+def place_degrees(
+    degrees: list[int] | np.ndarray, n: int, rpn: int, free: np.ndarray | None = None
+) -> np.ndarray:
+    """Start replica of each degree's window (same order as `degrees`); windows are disjoint.
+
+    `free` (when each replica becomes available, e.g. after a prologue) makes nodes that free
+    up first win ties, so the widest groups, placed first, start earliest.
+    """
     degs = np.asarray(degrees, dtype=np.int64)
     if degs.sum() > n:
         raise ValueError(f"degrees sum to {int(degs.sum())} > {n} replicas")
     order = np.lexsort((np.arange(degs.size), -degs)).astype(np.int64)
-    return _place(degs, order, int(n), int(rpn))
+    nodes = -(-n // rpn)
+    if free is None or not np.any(free):
+        node_order = np.arange(nodes, dtype=np.int64)
+    else:
+        ready = np.array([free[k * rpn : (k + 1) * rpn].mean() for k in range(nodes)])
+        node_order = np.lexsort((np.arange(nodes), ready)).astype(np.int64)
+    return _place(degs, order, int(n), int(rpn), node_order)
