@@ -33,7 +33,7 @@ from .index_format import (
 from .length_index import LengthIndex
 from .scan import SampleRecord, ScanConfig, Scanner
 from .shards import expand_shards, is_seekable, shard_fingerprint
-from .text import TokenCounter, load_counter
+from .text import TokenCounter, as_counter, load_counter
 
 __all__ = ["build_index"]
 
@@ -135,7 +135,7 @@ def _write(out: Path, header: IndexHeader, results: list[_ShardResult]) -> None:
 
 
 def build_index(shards: Sequence[str] | str, out: str | os.PathLike[str], *,
-                config: ScanConfig | None = None, counter: TokenCounter | None = None,
+                config: ScanConfig | None = None, counter: TokenCounter | Any = None,
                 workers: int = 1, progress: bool = False) -> LengthIndex:
     """Scan `shards` (paths, globs, braces, pipe:) and write an index directory at `out`.
 
@@ -146,7 +146,7 @@ def build_index(shards: Sequence[str] | str, out: str | os.PathLike[str], *,
     from fcp_data import __version__
 
     config = config or ScanConfig()
-    counter = counter or load_counter(config.tokenizer)
+    counter = as_counter(counter) if counter is not None else load_counter(config.tokenizer)
     policy = ErrorPolicy(on_error=config.on_error,  # type: ignore[arg-type]
                          max_consecutive_failures=config.max_consecutive_failures)
     urls = expand_shards(shards)

@@ -22,7 +22,7 @@ from .probe import BACKENDS, Prober, ProbeTimeout
 from .rules import get_rule
 from .rules_base import VisionTokenRule
 from .shards import BadMember, RawSample, is_seekable, iter_raw_samples, read_members
-from .text import RatioCounter, TokenCounter, load_counter
+from .text import RatioCounter, TokenCounter, as_counter, load_counter
 
 __all__ = [
     "IMAGE_EXTS",
@@ -99,10 +99,11 @@ def _load_ext(ext: str) -> bool:
 class Scanner:
     """Scans shards under a ScanConfig; `counter` overrides the config's tokenizer spec."""
 
-    def __init__(self, config: ScanConfig, counter: TokenCounter | None = None,
+    def __init__(self, config: ScanConfig, counter: TokenCounter | Any = None,
                  rule: VisionTokenRule | None = None) -> None:
         self.config = config
-        self.counter = counter or load_counter(config.tokenizer)
+        self.counter = (as_counter(counter) if counter is not None
+                        else load_counter(config.tokenizer))
         # A real tokenizer also counts template text (Qwen3-VL timestamps, InternVL frame
         # labels); a bytes ratio is too coarse for 6-token strings, so the rule's default stays.
         exact = None if isinstance(self.counter, RatioCounter) else self.counter

@@ -9,6 +9,7 @@ memory (pipe: shards, whose members are kept because a pipe cannot be re-read).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from .errors import SkippedSample
 from .scan import SampleRecord, ScanConfig, Scanner
@@ -19,7 +20,7 @@ __all__ = ["stream_records"]
 
 
 def stream_records(shards: Sequence[str] | str, *, config: ScanConfig | None = None,
-                   counter: TokenCounter | None = None,
+                   counter: TokenCounter | Any = None,
                    skipped: list[SkippedSample] | None = None) -> Iterator[SampleRecord]:
     """Records of every sample of `shards` in order; bad ones follow `config.on_error`.
 

@@ -32,6 +32,7 @@ __all__ = [
     "HFTokenizerCounter",
     "RatioCounter",
     "TokenCounter",
+    "as_counter",
     "calibrate_ratio",
     "load_counter",
 ]
@@ -106,6 +107,36 @@ class HFTokenizerCounter(TokenCounter):
                     "`pip install tokenizers` or use --tokenizer bytes:4") from exc
             self._tok = Tokenizer.from_file(self.path)
         return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+
+class _EncodeCounter(TokenCounter):
+    """An object with `.encode(text)` returning ids or an Encoding with `.ids` (HF Tokenizer)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.spec = f"object:{type(tokenizer).__module__}.{type(tokenizer).__qualname__}"
+
+    def count(self, text: str) -> int:
+        try:
+            out = self.tokenizer.encode(text, add_special_tokens=False)
+        except TypeError:  # encode() without that keyword
+            out = self.tokenizer.encode(text)
+        return len(getattr(out, "ids", out))
+
+
+def as_counter(obj: Any) -> TokenCounter:
+    """A TokenCounter from a spec string, a TokenCounter, an object with `.encode` (a HF
+    `tokenizers.Tokenizer` or `transformers` tokenizer) or a callable str -> ids / int."""
+    if obj is None or isinstance(obj, str):
+        return load_counter(obj)
+    if isinstance(obj, TokenCounter):
+        return obj
+    if hasattr(obj, "encode") and not callable(obj):
+        return _EncodeCounter(obj)
+    if callable(obj):
+        return CallableCounter(obj)
+    raise ValueError(f"cannot count tokens with {type(obj).__name__}; pass a spec string "
+                     "(bytes:4, hf:PATH), a tokenizer with .encode, or a callable")
 
 
 def load_counter(spec: str | None) -> TokenCounter:

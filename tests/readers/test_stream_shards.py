@@ -147,3 +147,25 @@ def test_scan_offsets_round_trip_any_tar(tmp_path: Path, samples: list[dict[str,
     for raw, want in zip(raws, samples):
         assert read_members(str(path), raw.members) == want
         assert set(raw.payload) == ({"txt"} & set(want))
+
+
+def test_as_counter_accepts_tokenizer_objects(shard_paths: list[Path]) -> None:
+    from fcp_data.readers.text import as_counter
+
+    class Encoding:
+        def __init__(self, ids: list[int]) -> None:
+            self.ids = ids
+
+    class FakeHFTokenizer:  # the shape of tokenizers.Tokenizer: encode() -> Encoding(.ids)
+        def encode(self, text: str, add_special_tokens: bool = True) -> Encoding:
+            return Encoding(list(range(len(text.split()))))
+
+    counter = as_counter(FakeHFTokenizer())
+    assert counter("a b c") == 3 and counter.spec.startswith("object:")
+    assert as_counter(len)("abcd") == 4 and as_counter("bytes:2")("abcd") == 2
+    with pytest.raises(ValueError, match="cannot count tokens"):
+        as_counter(42)
+    recs = list(stream_records(str(shard_paths[0]), counter=str.split))
+    body = recs[0].fetch().get("txt")
+    if body is not None:
+        assert recs[0].text_tokens == len(body.decode().split())
