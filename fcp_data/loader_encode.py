@@ -4,7 +4,8 @@ Layout of a sequence (the length index counted exactly these tokens):
 
 * text: `tokenizer(text)` (or pre-tokenized `.npy`) followed by `special_tokens[i]` EOD ids
   (the index's `text_special_tokens`, Megatron's end-of-document token);
-* video / image: the rule's `special` template ids, then `vision` placeholder ids, then the
+* video / image (images decoded whole with Pillow, resized to the rule's size): the rule's
+  `special` template ids, then `vision` placeholder ids, then the
   caption's ids, then EOD ids for any index special tokens beyond the template's.
   The template tokens are emitted as `special_token_id` (a model's exact template, e.g.
   Qwen3-VL's per-group timestamps, can be supplied with `LoaderOptions.encode`). Placeholders
@@ -33,7 +34,8 @@ __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
 
 Tokenizer = Callable[[str], Sequence[int]]
 VIDEO_EXTS = ("mp4", "mkv", "webm", "avi", "mov")
-TEXT, VIDEO = 0, 1
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+TEXT, VIDEO, IMAGE = 0, 1, 2
 
 
 @dataclass(kw_only=True, slots=True)
@@ -42,8 +44,9 @@ class EncodedSample:
 
     tokens: np.ndarray
     vision_start: int = 0
-    vision: Any = None  # readers.VisionTokens of a video
+    vision: Any = None  # readers.VisionTokens of a video or image
     video: bytes | None = None
+    image: bytes | None = None
 
 
 def _decode_text(v: Any) -> str:
@@ -98,36 +101,52 @@ class SampleEncoder:
         if modality == TEXT:
             ids = self.text_ids(sample)
             return EncodedSample(tokens=np.concatenate([ids, np.full(special, self.eod_id)]))
-        if modality != VIDEO:
-            raise ValueError(
-                f"modality {modality} (image) is not collated by the default encoder yet; pass "
-                "LoaderOptions.encode or index text and video only"
-            )
+        if modality not in (VIDEO, IMAGE):
+            raise ValueError(f"modality code {modality} is not text (0), video (1) or image (2)")
         if self.rule is None:
-            raise ValueError("a video sample needs vision_rule= on the loader (the index's rule)")
-        vt = self.rule.video(num_frames=int(source.num_frames[pos]), fps=float(source.fps[pos]),
-                             height=int(source.height[pos]), width=int(source.width[pos]))
-        ext = next((e for e in VIDEO_EXTS if e in sample), None)
+            raise ValueError("a media sample needs vision_rule= on the loader (the index's rule)")
+        if modality == VIDEO:
+            vt = self.rule.video(num_frames=int(source.num_frames[pos]),
+                                 fps=float(source.fps[pos]), height=int(source.height[pos]),
+                                 width=int(source.width[pos]))
+            exts = VIDEO_EXTS
+        else:
+            vt = self.rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
+            exts = IMAGE_EXTS
+        ext = next((e for e in exts if e in sample), None)
         if ext is None:
-            raise ValueError(f"video sample has no video member (members {sorted(sample)})")
+            raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
         eod = max(0, special - vt.special) if hasattr(source, "special_tokens") else 0
         tokens = np.concatenate([
             np.full(vt.special, self.special_token_id), np.full(vt.vision, self.vision_token_id),
             self.caption_ids(sample), np.full(eod, self.eod_id),
         ]).astype(np.int64)
-        return EncodedSample(tokens=tokens, vision_start=vt.special, vision=vt, video=sample[ext])
+        media = sample[ext]
+        return EncodedSample(tokens=tokens, vision_start=vt.special, vision=vt,
+                             video=media if modality == VIDEO else None,
+                             image=media if modality == IMAGE else None)
 
     def vision_input(
         self, enc: EncodedSample, *, sample_id: int, key: str, held: np.ndarray, offset: int
     ) -> VisionInput | None:
         """Frames for the placeholders among global positions `held` (local order, at `offset`)."""
         vt = enc.vision
-        if vt is None or vt.vision == 0 or enc.video is None:
+        if vt is None or vt.vision == 0 or (enc.video is None and enc.image is None):
             return None
         k = held - enc.vision_start
         mine = np.flatnonzero((k >= 0) & (k < vt.vision))
         if mine.size == 0:
             return None
+        if enc.image is not None:  # one image: decoded whole by every owner of a placeholder
+            return VisionInput(
+                sample_id=sample_id, key=key, groups=torch.zeros(1, dtype=torch.int64),
+                frame_indices=torch.zeros(1, dtype=torch.int64),
+                pixels=_decode_image(enc.image, vt.resized),
+                token_positions=torch.from_numpy(offset + mine),
+                token_group=torch.zeros(mine.size, dtype=torch.int64),
+                meta={"grid": tuple(vt.grid), "resized": tuple(vt.resized),
+                      "frames_per_group": 1},
+            )
         from .readers import decode_frames
 
         groups_total = max(1, int(vt.grid[0]))
@@ -147,6 +166,17 @@ class SampleEncoder:
             meta={"grid": tuple(vt.grid), "resized": tuple(vt.resized),
                   "frames_per_group": frames_per_group},
         )
+
+
+def _decode_image(data: bytes, resized: tuple[int, int]) -> torch.Tensor:
+    """uint8 (1, H, W, 3) resized bicubically to the rule's (H, W) (Pillow, imported lazily)."""
+    try:
+        from PIL import Image
+    except ImportError as e:  # pragma: no cover - Pillow ships with the video extra's deps
+        raise ValueError("decoding image samples needs Pillow: pip install pillow") from e
+    with Image.open(io.BytesIO(data)) as im:
+        rgb = im.convert("RGB").resize((resized[1], resized[0]), Image.Resampling.BICUBIC)
+        return torch.from_numpy(np.asarray(rgb).copy()).unsqueeze(0)
 
 
 @dataclass(kw_only=True, slots=True)
