@@ -180,6 +180,14 @@ class FCPDataLoader:
     def epoch(self) -> int:
         return self._epoch
 
+    @property
+    def progress(self) -> tuple[int, int, int]:
+        """(epoch, global batches done in it, global batches per epoch) for progress bars.
+
+        There is no __len__: the micro-batch count of an epoch depends on every batch's plan.
+        """
+        return self._epoch, self._batch, self.num_batches
+
     # ---- state ---------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its first batch (a no-op when already in it, e.g. after resume)."""
@@ -275,10 +283,6 @@ class FCPDataLoader:
             keys += self._builder.own_keys(epoch, b)
         return (f"{err}\nwhile loading global batches {first}..{last - 1} of epoch {epoch} on "
                 f"replica {self.replica}; this replica's samples there: {keys[:32]}")
-
-    def __len__(self) -> int:
-        """Micro-batches left are plan-dependent; this is global batches per epoch."""
-        return self.num_batches
 
     def __iter__(self) -> Iterator[MicroBatch]:
         epoch, start, skip = self._epoch, self._batch, self._wave
