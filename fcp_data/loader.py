@@ -242,6 +242,8 @@ class FCPDataLoader:
     # ---- iteration -----------------------------------------------------------------------
     def _planned(self, epoch: int, start: int, stop: int) -> Iterator[PlannedBatch]:
         ds = _PlannedBatches(self._builder, epoch, start, stop)
+        if start >= stop:
+            return
         if self.num_workers == 0:
             yield from ds
             return

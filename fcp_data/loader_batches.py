@@ -42,6 +42,11 @@ class PlannedBatch:
     micro_batches: list[MicroBatch]
     metrics: BatchMetrics
 
+    def pin_memory(self) -> PlannedBatch:
+        """Called by torch's DataLoader (pin_memory=True) in its pinning thread."""
+        self.micro_batches = [mb.pin_memory() for mb in self.micro_batches]
+        return self
+
 
 @dataclass(kw_only=True, slots=True)
 class BatchBuilder:
