@@ -248,6 +248,20 @@ def deal_lpt(att, lin, comm, dmin, order, lane_deg, lane_inter, lane_speed, over
 
 
 @nb.njit(cache=True)
+def _window_finish(
+    free, speed, s0: int, d: int, att: float, lin: float, comm: float, inter: bool, p
+) -> float:
+    """When a unit would finish on replicas [s0, s0 + d): start when all are free, run at the
+    slowest member's speed."""
+    smax = 0.0
+    sp = INF
+    for r in range(s0, s0 + d):
+        smax = max(smax, free[r])
+        sp = min(sp, speed[r])
+    return smax + group_time(att, lin, comm, d, inter, sp, p)
+
+
+@nb.njit(cache=True)
 def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed, extra: int, p):
     """Moldable list scheduling: each unit (longest first) picks the degree and node-aligned
     window of replicas on which it finishes first, starting when the whole window is free.
@@ -261,51 +275,26 @@ def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed,
     w_start = np.zeros(att.shape[0], np.int64)
     w_deg = np.zeros(att.shape[0], np.int64)
     w_end = np.zeros(att.shape[0])
+    nodes = (n + rpn - 1) // rpn
     for t in range(k):
         u = order[t]
         bf = INF
         bs = 0
         bd = 0
-        dhi = min(n, dmin[u] + extra)
-        for d in range(dmin[u], dhi + 1):
+        for d in range(dmin[u], min(n, dmin[u] + extra) + 1):
             if not allowed[d]:
                 continue
-            if d <= rpn:
-                nodes = (n + rpn - 1) // rpn
-                for nd in range(nodes):
-                    base = nd * rpn
-                    top = min(n, base + rpn)
-                    s0 = base
-                    while s0 + d <= top:
-                        smax = 0.0
-                        sp = INF
-                        for r in range(s0, s0 + d):
-                            if free[r] > smax:
-                                smax = free[r]
-                            if speed[r] < sp:
-                                sp = speed[r]
-                        f = smax + group_time(att[u], lin[u], comm[u], d, False, sp, p)
-                        if f < bf:
-                            bf = f
-                            bs = s0
-                            bd = d
-                        s0 += d
-            else:
-                s0 = 0
-                while s0 + d <= n:
-                    smax = 0.0
-                    sp = INF
-                    for r in range(s0, s0 + d):
-                        if free[r] > smax:
-                            smax = free[r]
-                        if speed[r] < sp:
-                            sp = speed[r]
-                    f = smax + group_time(att[u], lin[u], comm[u], d, True, sp, p)
+            # node-aligned windows: packed inside each node, or whole nodes when d > rpn
+            for nd in range(nodes if d <= rpn else 1):
+                top = min(n, nd * rpn + rpn) if d <= rpn else n
+                s0 = nd * rpn
+                while s0 + d <= top:
+                    f = _window_finish(free, speed, s0, d, att[u], lin[u], comm[u], d > rpn, p)
                     if f < bf:
                         bf = f
                         bs = s0
                         bd = d
-                    s0 += rpn
+                    s0 += d if d <= rpn else rpn
         if bd == 0:
             return w_start, w_deg, w_end, INF
         for r in range(bs, bs + bd):

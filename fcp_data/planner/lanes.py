@@ -33,11 +33,6 @@ class _Deal:
     load: np.ndarray
 
 
-def _overhead(prob: Problem) -> np.ndarray:
-    """β1 share of each sequence: a micro-batch of d × cap tokens pays β1 once per replica."""
-    return prob.p[0] * prob.lens / prob.cap
-
-
 def _free_after(prob: Problem, prologue: Schedule | None) -> np.ndarray:
     free = np.zeros(prob.n)
     if prologue is not None:
@@ -61,7 +56,7 @@ def _deal(
         if free.any()
         else np.zeros(degs.size)
     )
-    over = _overhead(prob)
+    over = prob.overhead
     lane_of, load = deal_lpt(
         prob.att, prob.lin, prob.comm, prob.dmin, units, degs, inter, speed, over, load0, prob.p
     )
@@ -182,7 +177,7 @@ def _feasible(
         prob.lin,
         prob.comm,
         prob.dmin,
-        _overhead(prob),
+        prob.overhead,
         units,
         target,
         prob.n,

@@ -65,6 +65,7 @@ class Problem:
     work: np.ndarray = field(init=False)
     dmin: np.ndarray = field(init=False)
     order: np.ndarray = field(init=False)
+    overhead: np.ndarray = field(init=False)
 
     @classmethod
     def build(
@@ -124,6 +125,8 @@ class Problem:
         self.comm = self.cost.alpha3 * s
         self.work = self.att + self.lin
         self.dmin = self.min_degrees(self.lens)
+        # β1 share of each sequence: a micro-batch of d × cap tokens pays β1 once per replica.
+        self.overhead = self.p[0] * self.lens / self.cap
         # Longest first; equal lengths in an order fixed by the seed (deterministic).
         tie = np.random.default_rng(seed).permutation(self.lens.size)
         self.order = np.lexsort((tie, -self.work)).astype(np.int64)
