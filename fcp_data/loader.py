@@ -279,7 +279,7 @@ class FCPDataLoader:
             raise RuntimeError(f"DataLoader workers delivered batches up to {nxt}, need {stop}")
 
     def _suspects(self, err: Exception, epoch: int, first: int, stop: int) -> str:
-        last = min(stop, first + self.num_workers)
+        last = min(stop, first + self.num_workers * self.prefetch_factor)  # batches in flight
         keys: list[str] = []
         for b in range(first, last):
             keys += self._builder.own_keys(epoch, b)

@@ -118,8 +118,8 @@ def test_worker_crash_does_not_hang(shards, cost) -> None:
         try:
             list(ld)
         except RuntimeError as e:
-            assert "exited unexpectedly" in str(e)
-            assert "s00011" in str(e)  # the suspects named: this replica's samples in flight
+            assert "exited unexpectedly" in str(e), str(e)
+            assert "s00011" in str(e), str(e)  # suspects named: this replica's samples in flight
             owners.append(r)
         assert time.monotonic() - t0 < 60
     assert owners, "no replica's worker died: the test is vacuous"
