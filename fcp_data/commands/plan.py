@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="print the Plan as JSON (Plan.from_json reads it)"
     )
     p.add_argument("-o", "--output", help="also write the Plan JSON to this file")
+    p.add_argument(
+        "--max-rows", type=int, default=40, help="groups shown in the table (default 40)"
+    )
     p.set_defaults(func=run)
 
 
@@ -59,18 +62,20 @@ def run(args: argparse.Namespace) -> int:
         "degrees: " + ", ".join(f"⟨{d}⟩×{c}" for d, c in sorted(degrees.items(), reverse=True))
     )
     table = Table("wave", "replicas", "degree", "sequences", "tokens", "time (s)")
-    for w, wave in enumerate(plan.waves):
-        for g in wave.groups:
-            reps = f"{g.replicas[0]}-{g.replicas[-1]}" if g.degree > 1 else str(g.replicas[0])
-            table.add_row(
-                str(w),
-                reps,
-                str(g.degree),
-                str(len(g.sequence_ids)),
-                str(g.num_tokens),
-                f"{g.predicted_time:.3f}",
-            )
+    rows = [(w, g) for w, wave in enumerate(plan.waves) for g in wave.groups]
+    for w, g in rows[: args.max_rows]:
+        reps = f"{g.replicas[0]}-{g.replicas[-1]}" if g.degree > 1 else str(g.replicas[0])
+        table.add_row(
+            str(w),
+            reps,
+            str(g.degree),
+            str(len(g.sequence_ids)),
+            str(g.num_tokens),
+            f"{g.predicted_time:.3f}",
+        )
     con.print(table)
+    if len(rows) > args.max_rows:
+        con.print(f"… {len(rows) - args.max_rows} more groups (--max-rows, or --json for all)")
     if plan.dropped:
         con.print(f"[yellow]dropped {len(plan.dropped)} sequences too long for the cluster[/]")
     return 0

@@ -102,3 +102,22 @@ def test_check_plan_catches_broken_plans(qwen8b):
     tight = Cluster(8, replicas_per_node=4, tokens_per_replica=64)
     with pytest.raises(ValueError, match="tokens per replica"):
         check_plan(plan, lens, tight, qwen8b)
+
+
+def test_mixed_hardware_is_planned_not_averaged(qwen8b):
+    """Half the replicas at half speed: fcp must keep long work off the slow ones."""
+    lens = generate_lengths("github", 128, seed=5)
+    fast = Cluster(16, replicas_per_node=8, tokens_per_replica=16384)
+    mixed = Cluster(16, replicas_per_node=8, tokens_per_replica=16384, speed=[1.0] * 8 + [0.5] * 8)
+    plan = plan_global_batch(lens, mixed, qwen8b)
+    check_plan(plan, lens, mixed, qwen8b)
+    busy = np.zeros(16)
+    for g in plan.groups:
+        busy[list(g.replicas)] += g.predicted_time
+    # everyone finishes near the same time, so slow replicas carry less work than fast ones
+    work_fast = sum(g.num_tokens for g in plan.groups if max(g.replicas) < 8)
+    work_slow = sum(g.num_tokens for g in plan.groups if min(g.replicas) >= 8)
+    assert work_slow < 0.8 * work_fast
+    static = plan_global_batch(lens, mixed, qwen8b, strategy="static")
+    assert plan.predicted_time < static.predicted_time
+    assert plan.predicted_time > plan_global_batch(lens, fast, qwen8b).predicted_time
