@@ -23,6 +23,7 @@ num_workers=0 the same code runs inline and yields identical micro-batches.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -248,7 +249,8 @@ class FCPDataLoader:
             yield from ds
             return
         opts = self.options
-        if not self._warm and (opts.multiprocessing_context or "fork") == "fork":
+        method = multiprocessing.get_context(opts.multiprocessing_context).get_start_method()
+        if not self._warm and method == "fork":
             # forked workers inherit the planner's compiled kernels: ~0.6 s of numba loading
             # paid once here instead of once per worker per epoch
             self._builder.plan(self.sampler.batch(epoch, start))

@@ -192,3 +192,19 @@ def test_corrupt_corpus_skipped_and_counted_exactly(tmp_path, cost) -> None:
         assert sorted(k for k, _ in ld.source_skipped) == sorted(bad)  # exactly the bad ones
         seen |= {k for mb in ld for k in mb.keys}
     assert seen == {f"g{i:03d}" for i in range(24)}
+
+
+def test_spawned_workers_match_inline(real_index, cost) -> None:
+    """Workers started with spawn (macOS, forkserver setups) unpickle the index and encoder."""
+    cap = int(real_index.seqlens.max()) // N + 64
+
+    def run(workers: int, ctx: str | None) -> list:
+        ld = FCPDataLoader(real_index, cluster=Cluster(N, tokens_per_replica=cap), cost=cost,
+                           replica=1, global_batch_size=16, seed=5, num_workers=workers,
+                           tokenizer=ByteTokenizer(), vision_rule="qwen2.5-vl",
+                           options=LoaderOptions(eod_id=EOD, multiprocessing_context=ctx,
+                                                 timeout_s=120))
+        return [(mb.digest, mb.sample_ids, mb.tokens.tolist(), len(mb.vision)) for mb in ld]
+
+    inline = run(0, None)
+    assert inline and inline == run(1, "spawn")
