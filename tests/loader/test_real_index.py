@@ -208,3 +208,20 @@ def test_spawned_workers_match_inline(real_index, cost) -> None:
 
     inline = run(0, None)
     assert inline and inline == run(1, "spawn")
+
+
+@pytest.mark.parametrize("strategy", ["static", "megatron-hybrid"])
+def test_baseline_strategies_and_drops(real_index, cost, strategy: str) -> None:
+    """Baseline plans go through the same loader; too-long samples are dropped and counted."""
+    cap = int(np.sort(real_index.seqlens)[-3]) // N + 64  # the two longest cannot fit anywhere
+    too_long = {str(real_index.keys[i]) for i in np.argsort(real_index.seqlens)[-2:]}
+    seen, dropped = set(), set()
+    for r in range(N):
+        ld = FCPDataLoader(real_index, cluster=Cluster(N, tokens_per_replica=cap), cost=cost,
+                           replica=r, global_batch_size=16, seed=5, num_workers=0,
+                           tokenizer=ByteTokenizer(), vision_rule="qwen2.5-vl", strategy=strategy,
+                           options=LoaderOptions(eod_id=EOD, on_too_long="drop"))
+        seen |= {k for mb in ld for k in mb.keys}
+        dropped |= {k for m in ld.metrics_history for k, why in m.skipped if "too long" in why}
+    assert dropped == too_long
+    assert seen == {str(k) for k in real_index.keys} - too_long
