@@ -1,0 +1,109 @@
+"""`fcp profile`: measure this machine and fit the cost model the planner uses.
+
+    fcp profile --quick                      # cpu-small shape, ~20 s on 2 cores
+    fcp profile --model qwen3-1.7b --layers 1 --lengths 512 1024 2048 4096 -o qwen.json
+    fcp plan --cost qwen.json ...            # plan with the measured coefficients
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+__all__ = ["register", "run"]
+
+_SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="time attention, per-token layers and P2P here; fit and save a cost model",
+        description=(
+            "Time attention fwd+bwd (fcp_exec's kernel at d=1) over a grid of sequence lengths, "
+            "the per-token layers (projections, SwiGLU MLP, LM head) and two-process P2P "
+            "(gloo ping-pong); fit alpha1/alpha2/beta1 and bandwidth/latency by least squares; "
+            "print the per-point error table and save a profile CostModel.load reads "
+            "(`fcp plan --cost FILE`)."
+        ),
+    )
+    p.add_argument("--model", default="cpu-small",
+                   help="shape preset: cpu-small, cpu-medium or a planner model (qwen3-8b, ...)")
+    for flag in _SHAPE_FLAGS:
+        p.add_argument(f"--{flag.replace('_', '-')}", type=int, dest=flag,
+                       help=f"override the preset's {flag}")
+    p.add_argument("--lengths", type=int, nargs="+",
+                   help="sequence lengths to time (even; default 256..4096, --quick 256..2048)")
+    p.add_argument("--repeats", type=int, help="timed runs per point, median kept (default 3)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: one replica per core, as the gloo "
+                        "examples run)")
+    p.add_argument("--device", default="cpu", help="torch device to time on (default cpu)")
+    p.add_argument("--quick", action="store_true",
+                   help="4 lengths, 2 repeats, no full-attention points, 3 P2P sizes (~20 s)")
+    p.add_argument("--no-p2p", action="store_true", help="skip the two-process P2P measurement")
+    p.add_argument("-o", "--output", type=Path,
+                   help="profile JSON to write (default out/profile-<model>.json)")
+    p.set_defaults(func=run)
+
+
+def _print_tables(profile, console) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"compute fit: t(s) = α1·s² + α2·s + β1  ({profile.cost.name})")
+    for col in ("tokens", "attention (ms)", "linear (ms)", "measured (ms)", "fitted (ms)",
+                "error"):
+        t.add_column(col, justify="right")
+    for pt, row in zip(profile.points, profile.compute.rows):
+        t.add_row(str(pt.seqlen), f"{pt.attention_s * 1e3:.2f}", f"{pt.linear_s * 1e3:.2f}",
+                  f"{row.measured * 1e3:.2f}", f"{row.predicted * 1e3:.2f}",
+                  f"{row.rel_error:+.1%}")
+    console.print(t)
+    if profile.p2p is not None:
+        t = Table(title="P2P fit: t(n) = latency + n / bandwidth (2 processes, ping-pong)")
+        for col in ("bytes", "measured (µs)", "fitted (µs)", "error"):
+            t.add_column(col, justify="right")
+        for row in profile.p2p.rows:
+            t.add_row(f"{int(row.x):,}", f"{row.measured * 1e6:.1f}",
+                      f"{row.predicted * 1e6:.1f}", f"{row.rel_error:+.1%}")
+        console.print(t)
+    c = profile.cost
+    console.print(
+        f"α1 = {c.alpha1:.4g} s/token², α2 = {c.alpha2:.4g} s/token, β1 = {c.beta1:.4g} s, "
+        f"η = {c.eta_full:.3g}, bandwidth = {c.intra_node_bandwidth / 1e9:.3g} GB/s, "
+        f"β2 = {c.beta2 * 1e6:.1f} µs/ring step, α3 = {c.alpha3:.0f} bytes/token; compute "
+        f"error max {profile.compute.max_abs_error:.1%}, mean {profile.compute.mean_abs_error:.1%}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fcp_data.planner import CostModel
+    from fcp_data.profiling import ProfileConfig, run_profile, shape_from_name
+
+    shape = shape_from_name(args.model)
+    overrides = {f: getattr(args, f) for f in _SHAPE_FLAGS if getattr(args, f) is not None}
+    if overrides:
+        shape = dataclasses.replace(shape, name=f"{shape.name}-custom", **overrides)
+    kw: dict = {"threads": args.threads, "device": args.device, "p2p": not args.no_p2p}
+    if args.lengths:
+        kw["seqlens"] = tuple(args.lengths)
+    if args.repeats:
+        kw["repeats"] = args.repeats
+    config = ProfileConfig.quick(shape, **kw) if args.quick else ProfileConfig(shape=shape, **kw)
+    console = Console()
+    with Progress(TextColumn("[bold]profiling[/] {task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:  # fmt: skip
+        task = bar.add_task(shape.name, total=config.num_steps)
+        profile = run_profile(config, on_step=lambda msg: bar.update(task, advance=1,
+                                                                      description=msg))
+    _print_tables(profile, console)
+    out = args.output or Path("out") / f"profile-{shape.name}.json"
+    profile.save(out)
+    CostModel.load(out)  # what `fcp plan --cost` will do: fail here, not there
+    console.print(f"wrote {out} (use it with `fcp plan --cost {out}`)")
+    return 0

@@ -1,0 +1,47 @@
+"""fcp_data.profiling: measure this machine and fit the planner's cost model (`fcp profile`).
+
+    from fcp_data.profiling import ProfileConfig, run_profile, shape_from_name
+    profile = run_profile(ProfileConfig.quick(shape_from_name("cpu-small")))
+    profile.save("my.json")               # CostModel.load("my.json") reads it
+    CostModel.load(shipped_profile())     # the measured CPU profile that ships with fcp
+
+Submodules load lazily (PEP 562): importing the package imports neither torch nor numpy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "SHAPES",
+    "ComputePoint",
+    "Fit",
+    "FitRow",
+    "ModelShape",
+    "P2PPoint",
+    "Profile",
+    "ProfileConfig",
+    "fit_compute",
+    "fit_p2p",
+    "measure_p2p",
+    "run_profile",
+    "shape_from_name",
+    "shipped_profile",
+]
+
+_WHERE = {
+    "SHAPES": "shapes", "ModelShape": "shapes", "shape_from_name": "shapes",
+    "ComputePoint": "timing",
+    "Fit": "fit", "FitRow": "fit", "fit_compute": "fit", "fit_p2p": "fit",
+    "P2PPoint": "p2p", "measure_p2p": "p2p",
+    "Profile": "measure", "ProfileConfig": "measure", "run_profile": "measure",
+    "shipped_profile": "measure",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

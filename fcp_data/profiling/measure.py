@@ -1,0 +1,188 @@
+"""`run_profile`: measure this machine, fit the cost model, keep the evidence with it.
+
+The saved JSON is what `CostModel.load` reads ({"cost_model": {...}}) plus a "profile" section
+with the raw measurements, the per-point fit errors (the paper's Table 3) and how they were
+taken (shape, threads, torch version), so a profile can be audited or refitted later.
+
+What is measured and what is derived:
+- alpha1, alpha2, beta1: fitted to attention + per-token layer fwd+bwd times (timing.py, fit.py);
+- eta_full: measured full-attention over causal-attention quadratic coefficients, minus 1;
+- intra/inter-node bandwidth and beta2: fitted to 2-process ping-pong (p2p.py); beta2 is the
+  per-message latency x 3 messages per layer per ring step (forward KV, backward KV + dKV) x
+  layers. One host has one kind of link, so inter = intra here;
+- alpha3 (ring bytes per token), bytes_per_token, static_bytes: from the shape, not measured:
+  K and V of every layer, 3 passes; 34 activation bytes per hidden unit per layer per token in
+  bf16 (Korthikanti et al. 2022), scaled to the element size; 16 bytes per parameter (fp32
+  weights, grads and two Adam moments).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fcp_data.planner import CostModel
+
+from .fit import Fit, fit_compute, fit_p2p
+from .p2p import P2PPoint, measure_p2p
+from .shapes import ModelShape
+from .timing import ComputePoint, time_attention, time_linear
+
+__all__ = ["Profile", "ProfileConfig", "run_profile", "shipped_profile"]
+
+DEFAULT_SEQLENS = (256, 512, 1024, 1536, 2048, 3072, 4096)
+QUICK_SEQLENS = (256, 512, 1024, 2048)
+MESSAGES_PER_LAYER_STEP = 3
+
+
+@dataclass(kw_only=True, slots=True)
+class ProfileConfig:
+    """What to measure. `quick()` keeps a run under ~30 s on 2 CPU cores."""
+
+    shape: ModelShape
+    seqlens: tuple[int, ...] = DEFAULT_SEQLENS
+    repeats: int = 3
+    threads: int = 1
+    device: str = "cpu"
+    full_attention: bool = True
+    p2p: bool = True
+    p2p_sizes: tuple[int, ...] = (4096, 65536, 1 << 20, 4 << 20, 16 << 20)
+    p2p_repeats: int = 7
+
+    def __post_init__(self) -> None:
+        if len(self.seqlens) < 3:
+            raise ValueError(f"seqlens={self.seqlens}: fitting 3 coefficients needs >= 3 lengths")
+        bad = [s for s in self.seqlens if s < 2 or s % 2]
+        if bad:
+            raise ValueError(f"seqlens {bad} must be even and >= 2 (e.g. 256 512 1024 2048)")
+        if self.threads < 1:
+            raise ValueError(f"threads={self.threads} must be >= 1")
+
+    @classmethod
+    def quick(cls, shape: ModelShape, **kw: Any) -> ProfileConfig:
+        base: dict[str, Any] = dict(seqlens=QUICK_SEQLENS, repeats=2, full_attention=False,
+                                    p2p_sizes=(4096, 1 << 20, 4 << 20), p2p_repeats=3)  # fmt: skip
+        return cls(shape=shape, **{**base, **kw})
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.seqlens) * (3 if self.full_attention else 2) + int(self.p2p)
+
+
+@dataclass(kw_only=True, slots=True)
+class Profile:
+    """A fitted CostModel and the measurements behind it."""
+
+    cost: CostModel
+    compute: Fit
+    points: tuple[ComputePoint, ...]
+    p2p: Fit | None = None
+    p2p_points: tuple[P2PPoint, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        def table(fit: Fit | None) -> list[dict[str, float]] | None:
+            if fit is None:
+                return None
+            return [{"x": r.x, "measured_s": r.measured, "predicted_s": r.predicted,
+                     "rel_error": r.rel_error} for r in fit.rows]  # fmt: skip
+
+        return {
+            "fcp_cost_model": 1,
+            "cost_model": asdict(self.cost),
+            "profile": {
+                **self.meta,
+                "compute_fit": {"coef": self.compute.coef, "rows": table(self.compute),
+                                "max_abs_error": self.compute.max_abs_error,
+                                "mean_abs_error": self.compute.mean_abs_error},
+                "p2p_fit": None if self.p2p is None else {
+                    "coef": self.p2p.coef, "rows": table(self.p2p),
+                    "max_abs_error": self.p2p.max_abs_error},
+                "points": [asdict(p) for p in self.points],
+            },
+        }  # fmt: skip
+
+    def save(self, path: str | Path) -> Path:
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return out
+
+
+def run_profile(
+    config: ProfileConfig, *, on_step: Callable[[str], None] | None = None
+) -> Profile:
+    """Measure, fit and return a Profile (`Profile.save` writes what CostModel.load reads)."""
+    step = on_step or (lambda _msg: None)
+    shape = config.shape
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    points: list[ComputePoint] = []
+    try:
+        for s in config.seqlens:
+            att = time_attention(shape, s, repeats=config.repeats, device=config.device)
+            step(f"attention s={s}")
+            full = None
+            if config.full_attention:
+                full = time_attention(shape, s, causal=False, repeats=config.repeats,
+                                      device=config.device)  # fmt: skip
+                step(f"full attention s={s}")
+            lin = time_linear(shape, s, repeats=config.repeats, device=config.device)
+            step(f"linear s={s}")
+            points.append(ComputePoint(seqlen=s, attention_s=att, linear_s=lin,
+                                       attention_full_s=full))  # fmt: skip
+    finally:
+        torch.set_num_threads(old_threads)
+    lens = [p.seqlen for p in points]
+    compute = fit_compute(lens, [p.total_s for p in points])
+    eta = 1.0
+    if config.full_attention:
+        a_causal = fit_compute(lens, [p.attention_s for p in points]).coef["alpha1"]
+        a_full = fit_compute(lens, [p.attention_full_s or 0.0 for p in points]).coef["alpha1"]
+        eta = max(0.0, a_full / a_causal - 1.0) if a_causal > 0 else 1.0
+    p2p_fit, p2p_points = None, ()
+    bandwidth, latency = 5e9, 0.0  # the `cpu` device preset's guess when P2P is not measured
+    if config.p2p:
+        p2p_points = tuple(measure_p2p(config.p2p_sizes, repeats=config.p2p_repeats))
+        step("p2p")
+        p2p_fit = fit_p2p([p.nbytes for p in p2p_points], [p.seconds for p in p2p_points])
+        latency = p2p_fit.coef["latency"]
+        spb = p2p_fit.coef["seconds_per_byte"]
+        bandwidth = 1.0 / spb if spb > 0 else 1e12
+    elem = torch.finfo(torch.float32).bits // 8
+    cost = CostModel(
+        alpha1=compute.coef["alpha1"], alpha2=compute.coef["alpha2"],
+        alpha3=shape.ring_bytes_per_token(elem), beta1=compute.coef["beta1"],
+        beta2=MESSAGES_PER_LAYER_STEP * shape.layers * latency,
+        intra_node_bandwidth=bandwidth, inter_node_bandwidth=bandwidth,
+        bytes_per_token=34.0 * shape.hidden * shape.layers * elem / 2,
+        static_bytes=16.0 * shape.params, eta_full=eta,
+        name=f"{shape.name}@{config.device} (measured, {config.threads} thread"
+        f"{'s' if config.threads > 1 else ''})",
+    )  # fmt: skip
+    meta = {
+        "shape": asdict(shape), "device": config.device, "threads": config.threads,
+        "repeats": config.repeats, "torch": torch.__version__, "machine": platform.machine(),
+        "processor": platform.processor() or "unknown", "eta_measured": config.full_attention,
+        "p2p_measured": config.p2p,
+    }  # fmt: skip
+    return Profile(cost=cost, compute=compute, points=tuple(points), p2p=p2p_fit,
+                   p2p_points=p2p_points, meta=meta)  # fmt: skip
+
+
+def shipped_profile(name: str = "cpu-small") -> Path:
+    """Path of a measured profile shipped in fcp_data/profiles (`CostModel.load` reads it)."""
+    base = resources.files("fcp_data") / "profiles"
+    path = Path(str(base / f"{name}.json"))
+    if not path.is_file():
+        have = sorted(p.name.removesuffix(".json") for p in base.iterdir()
+                      if p.name.endswith(".json"))  # fmt: skip
+        raise FileNotFoundError(f"no shipped profile {name!r}; shipped: {have}")
+    return path

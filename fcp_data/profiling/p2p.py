@@ -1,0 +1,106 @@
+"""P2P latency and bandwidth between two real processes (torch.distributed, gloo by default).
+
+Rank 0 sends a message of n bytes, rank 1 sends it back (ping-pong); one-way time is half the
+median round trip over `repeats` round trips after one warm-up. This is the link a 2-member
+ring uses on this machine (loopback TCP for gloo on one host; NVLink / IB for NCCL on a
+cluster when launched there). The fit t(n) = latency + n / bandwidth gives beta2's latency and
+the cost model's bandwidth. Processes are spawned (not forked) on a free port, and their exit
+codes are checked: a dead peer raises instead of hanging past `timeout_s`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import queue
+import socket
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["P2PPoint", "measure_p2p"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class P2PPoint:
+    """One-way seconds for one message of `nbytes` bytes."""
+
+    nbytes: int
+    seconds: float
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pingpong(rank: int, port: int, sizes: list[int], repeats: int, backend: str,
+              out: mp.Queue) -> None:  # fmt: skip
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, timeout=datetime.timedelta(seconds=60))  # fmt: skip
+    peer = 1 - rank
+    results = []
+    for n in sizes:
+        buf = torch.zeros(max(1, n // 4), dtype=torch.float32)
+        rtts = []
+        for i in range(repeats + 1):
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, peer)
+                dist.recv(buf, peer)
+            else:
+                dist.recv(buf, peer)
+                dist.send(buf, peer)
+            if i:
+                rtts.append(time.perf_counter() - t0)
+        results.append((buf.numel() * 4, statistics.median(rtts) / 2))
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        out.put(results)
+
+
+def measure_p2p(
+    sizes: Sequence[int] = (4096, 65536, 1 << 20, 4 << 20, 16 << 20),
+    *,
+    repeats: int = 5,
+    backend: str = "gloo",
+    timeout_s: float = 120.0,
+) -> list[P2PPoint]:
+    """Ping-pong between two spawned processes; one P2PPoint per message size."""
+    if len(sizes) < 2:
+        raise ValueError(f"sizes={list(sizes)}: a latency + bandwidth fit needs >= 2 sizes")
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    port = _free_port()
+    args = (port, [int(s) for s in sizes], int(repeats), backend, out)
+    procs = [ctx.Process(target=_pingpong, args=(r, *args)) for r in range(2)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout_s
+    result = None
+    try:
+        result = out.get(timeout=timeout_s)
+    except queue.Empty as exc:  # the peer died or hung
+        raise RuntimeError(
+            f"P2P measurement got no result within {timeout_s:.0f} s (exit codes "
+            f"{[p.exitcode for p in procs]}); check that 127.0.0.1 TCP ports are usable or "
+            "pass --no-p2p"
+        ) from exc
+    finally:
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join()
+    codes = [p.exitcode for p in procs]
+    if any(c != 0 for c in codes):
+        raise RuntimeError(f"P2P processes exited with codes {codes}; see their stderr above")
+    return [P2PPoint(nbytes=n, seconds=t) for n, t in result]

@@ -1,0 +1,83 @@
+"""The profiler: exact fits on synthetic timings, real 2-process P2P, `fcp profile` CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fcp_data.cli import main as fcp_main
+from fcp_data.planner import CostModel
+from fcp_data.profiling import fit_compute, fit_p2p, measure_p2p, shipped_profile
+from fcp_data.profiling.fit import nonneg_relative_lstsq
+
+
+def test_compute_fit_recovers_known_coefficients_exactly() -> None:
+    a1, a2, b1 = 3.1e-8, 4.7e-5, 2.3e-3
+    s = np.array([256, 512, 1024, 2048, 4096, 8192])
+    fit = fit_compute(s, a1 * s**2 + a2 * s + b1)
+    assert fit.coef["alpha1"] == pytest.approx(a1, rel=1e-9)
+    assert fit.coef["alpha2"] == pytest.approx(a2, rel=1e-9)
+    assert fit.coef["beta1"] == pytest.approx(b1, rel=1e-7)
+    assert len(fit.rows) == s.size and fit.max_abs_error < 1e-9
+
+
+def test_fit_minimises_relative_error_and_never_goes_negative() -> None:
+    s = np.array([256, 512, 1024, 2048, 4096])
+    # superlinear at the short end would need beta1 < 0: the fit drops the column instead
+    t = 1e-8 * s**2 + 1e-5 * s - 1e-3 + 2e-3 * (s == 256)
+    fit = fit_compute(s, np.maximum(t, 1e-4))
+    assert all(v >= 0 for v in fit.coef.values())
+    # relative weighting: the short sequences are not sacrificed to the longest one
+    noisy = (2e-8 * s**2 + 5e-5 * s) * np.array([1.05, 0.95, 1.05, 0.95, 1.05])
+    rel = fit_compute(s, noisy)
+    assert rel.max_abs_error < 0.08
+    assert [r.x for r in rel.rows] == s.tolist()
+    with pytest.raises(ValueError, match="positive"):
+        nonneg_relative_lstsq(np.ones((3, 2)), np.array([1.0, 0.0, 2.0]))
+
+
+def test_p2p_fit_recovers_latency_and_bandwidth() -> None:
+    n = np.array([4096, 65536, 1 << 20, 16 << 20])
+    fit = fit_p2p(n, 80e-6 + n / 2.5e9)
+    assert fit.coef["latency"] == pytest.approx(80e-6, rel=1e-9)
+    assert 1 / fit.coef["seconds_per_byte"] == pytest.approx(2.5e9, rel=1e-9)
+
+
+def test_p2p_measurement_on_two_real_processes() -> None:
+    points = measure_p2p((4096, 1 << 20), repeats=2, timeout_s=90)
+    assert [p.nbytes for p in points] == [4096, 1 << 20]
+    assert all(0 < p.seconds < 5 for p in points)
+
+
+def test_fcp_profile_quick_writes_a_profile_cost_model_reads(tmp_path, capsys) -> None:
+    out = tmp_path / "p.json"
+    argv = ["profile", "--quick", "--lengths", "128", "256", "512", "--repeats", "1", "-o",
+            str(out)]  # fmt: skip
+    assert fcp_main(argv) == 0
+    text = capsys.readouterr().out
+    assert "compute fit" in text and "P2P fit" in text and str(out) in text
+    cost = CostModel.load(out)
+    assert cost.alpha1 > 0 or cost.alpha2 > 0
+    assert cost.intra_node_bandwidth > 0 and cost.alpha3 == 3 * 2 * 2 * 2 * 32 * 4
+    raw = json.loads(out.read_text())["profile"]
+    assert [r["x"] for r in raw["compute_fit"]["rows"]] == [128, 256, 512]
+    assert len(raw["p2p_fit"]["rows"]) == 3
+    assert fcp_main(["plan", "--cost", str(out), "--replicas", "4", "--batch", "16",
+                     "--tokens-per-replica", "4096", "--profile", "c4"]) == 0  # fmt: skip
+
+
+def test_shipped_cpu_profile_loads_and_its_errors_recompute_from_its_points() -> None:
+    path = shipped_profile("cpu-small")
+    cost = CostModel.load(path)
+    prof = json.loads(path.read_text())["profile"]
+    pts = prof["points"]
+    refit = fit_compute([p["seqlen"] for p in pts],
+                        [p["attention_s"] + p["linear_s"] for p in pts])  # fmt: skip
+    assert refit.coef["alpha1"] == pytest.approx(cost.alpha1, rel=1e-6)
+    assert refit.coef["alpha2"] == pytest.approx(cost.alpha2, rel=1e-6)
+    assert refit.max_abs_error == pytest.approx(prof["compute_fit"]["max_abs_error"], rel=1e-6)
+    assert len(pts) >= 5 and prof["p2p_fit"] is not None
+    with pytest.raises(FileNotFoundError, match="cpu-small"):
+        shipped_profile("no-such-profile")
