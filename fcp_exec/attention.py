@@ -69,7 +69,8 @@ class _RingAttention(torch.autograd.Function):
         groups = q.shape[1] // k.shape[1]
         out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), device=q.device)
-        kv = torch.stack((k, v))
+        # one buffer to send; d = 1 sends nothing, so skip the copy (~5% of a d = 1 step)
+        kv: Any = torch.stack((k, v)) if comm.size > 1 else (k, v)
         d, me = comm.size, comm.index
         for step in range(d):
             nxt = comm.exchange(kv, tag=_TAG_KV) if step + 1 < d else None
@@ -80,7 +81,7 @@ class _RingAttention(torch.autograd.Function):
                     slice(blk.k_start, blk.k_start + blk.k_len),
                 )
                 b_out, b_lse = kernel.forward(
-                    q[qs], _expand(kv[0, ks], groups), _expand(kv[1, ks], groups),
+                    q[qs], _expand(kv[0][ks], groups), _expand(kv[1][ks], groups),
                     causal=blk.causal, scale=scale,
                 )  # fmt: skip
                 if step == 0:  # step 0 covers every real row once: nothing to merge yet
@@ -103,21 +104,22 @@ class _RingAttention(torch.autograd.Function):
         groups = q.shape[1] // k.shape[1]
         dout = dout.to(q.dtype)
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        kv = torch.stack((k, v))
+        # one buffer to send; d = 1 sends nothing, so skip the copy (~5% of a d = 1 step)
+        kv: Any = torch.stack((k, v)) if comm.size > 1 else (k, v)
         d, me = comm.size, comm.index
         dkv: torch.Tensor | None = None
         dkv_in: torch.Tensor | None = None
         for step in range(d):
             nxt = comm.exchange(kv, tag=_TAG_KV) if step + 1 < d else None
             src = (me - step) % d
-            block_dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)
+            block_dkv = torch.zeros((2, *k.shape), dtype=torch.float32, device=q.device)
             for blk in step_blocks(layout, me, src):
                 qs, ks = (
                     slice(blk.q_start, blk.q_start + blk.q_len),
                     slice(blk.k_start, blk.k_start + blk.k_len),
                 )
                 bq, bk, bv = kernel.backward(
-                    dout[qs], q[qs], _expand(kv[0, ks], groups), _expand(kv[1, ks], groups),
+                    dout[qs], q[qs], _expand(kv[0][ks], groups), _expand(kv[1][ks], groups),
                     out[qs], lse[:, qs], causal=blk.causal, scale=scale,
                 )  # fmt: skip
                 dq[qs] += bq.float()

@@ -16,12 +16,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from fcp_data.planner.plan import RankPlan
 from fcp_exec.groups import CPGroupCache
 from fcp_exec.verify import verify_plan_digest
+
+if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
+    from fcp_data.planner.plan import RankPlan
 
 __all__ = ["MEGATRON_CP_STATE", "CPBinding", "cp_context"]
 

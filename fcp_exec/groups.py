@@ -18,10 +18,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from fcp_data.planner.plan import Plan
+if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
+    from fcp_data.planner.plan import Plan
 
 __all__ = ["CPGroupCache", "ReplicaRanks"]
 

@@ -8,9 +8,12 @@ It costs one small collective over the world (~0.1-1 ms), hence debug mode only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch.distributed as dist
 
-from fcp_data.planner.plan import RankPlan
+if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
+    from fcp_data.planner.plan import RankPlan
 
 __all__ = ["PlanMismatchError", "verify_plan_digest"]
 

@@ -7,4 +7,4 @@ from ._megatron_job import megatron_worker
 
 
 def test_cp_context_and_gpt_model_match_run_without_cp_on_4_processes() -> None:
-    run_distributed(megatron_worker, 4, timeout=150)
+    run_distributed(megatron_worker, 4, timeout=300)
