@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 
@@ -95,3 +96,12 @@ def test_npu_kernel_contract_with_mocked_torch_npu(monkeypatch: pytest.MonkeyPat
     grads = kernel.backward(do, q, k, v, out, lse, causal=True, scale=0.5)
     for a, b in zip(grads, ref.backward(do, q, k, v, out, lse, causal=True, scale=0.5)):
         torch.testing.assert_close(a, b)
+
+
+def test_import_is_light() -> None:
+    """`import fcp_exec` must not pull megatron-core, the planner (numba) or vendor kernels."""
+    code = (
+        "import sys, fcp_exec; heavy = [m for m in ('megatron', 'fcp_data.planner', 'flash_attn',"
+        " 'torch_npu') if m in sys.modules]; assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
