@@ -68,6 +68,12 @@ def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Sche
     return out
 
 
+def _named(sch: Schedule | None, name: str) -> Schedule | None:
+    if sch is not None:
+        sch.name = name
+    return sch
+
+
 LARGE = 2_000_000  # sequences × replicas above which the costlier candidates are trimmed
 
 
@@ -77,11 +83,16 @@ def _fcp_family(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule
     grows as sequences × replicas × degrees and which never wins there, is left out: this keeps
     such a plan near 0.2 s instead of 0.6 s."""
     large = units.size * prob.n > LARGE
+    # widest first, then longest: the sequences that need most of the cluster start together
+    # at t = 0 and the rest fill in around them (at their minimum degree, or one more)
+    by_width = units[np.lexsort((-prob.work[units], -prob.dmin[units]))]
     return [
         paper_schedule(prob, units, tries=1 if large else 3),
         *lane_candidates(prob, lower, units),
         *_prologue_lanes(prob, lower, units),
         None if large else moldable_schedule(prob, units),
+        None if large else _named(moldable_schedule(prob, by_width, extra=0), "widest-first+0"),
+        None if large else _named(moldable_schedule(prob, by_width, extra=1), "widest-first+1"),
         static_balanced(prob, units),
         static_megatron(prob, units),
     ]
