@@ -122,9 +122,14 @@ class _RingAttention(torch.autograd.Function):
                     dout[qs], q[qs], _expand(kv[0][ks], groups), _expand(kv[1][ks], groups),
                     out[qs], lse[:, qs], causal=blk.causal, scale=scale,
                 )  # fmt: skip
-                dq[qs] += bq.float()
-                block_dkv[0, ks] += _reduce(bk.float(), groups)
-                block_dkv[1, ks] += _reduce(bv.float(), groups)
+                # one block per sequence per step: K/V rows of a step are written once, and
+                # step 0 covers every real query row, so only later steps accumulate into dq
+                if step == 0:
+                    dq[qs] = bq
+                else:
+                    dq[qs] += bq
+                block_dkv[0, ks] = _reduce(bk, groups)
+                block_dkv[1, ks] = _reduce(bv, groups)
             if dkv_in is not None:
                 comm.wait(_TAG_DKV)  # the hop posted last step ran during this step's compute
                 block_dkv += dkv_in
