@@ -276,13 +276,18 @@ def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed,
     w_deg = np.zeros(att.shape[0], np.int64)
     w_end = np.zeros(att.shape[0])
     nodes = (n + rpn - 1) // rpn
+    fastest = speed.max()
     for t in range(k):
         u = order[t]
         bf = INF
         bs = 0
         bd = 0
+        earliest = free.min()
         for d in range(dmin[u], min(n, dmin[u] + extra) + 1):
             if not allowed[d]:
+                continue
+            # no window of this degree can beat the best so far: skip its scan
+            if earliest + group_time(att[u], lin[u], comm[u], d, False, fastest, p) >= bf:
                 continue
             # node-aligned windows: packed inside each node, or whole nodes when d > rpn
             for nd in range(nodes if d <= rpn else 1):
