@@ -259,8 +259,8 @@ def draw(
         _gantt(ax, res, bars, barriers, n, xmax, color)
     axes[-1].set_xlabel("predicted time (s)")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper right", ncol=2, fontsize=9, frameon=False,
-               bbox_to_anchor=(0.79, 1 - 0.02 / height))  # fmt: skip
+    fig.legend(handles, labels, loc="lower left", ncol=2, fontsize=9, frameon=False,
+               bbox_to_anchor=(0.05, 0.0))  # fmt: skip
     _degree_table(fig.add_subplot(grid[:, 1]), ok, color)
     lens = batch.seqlens
     fig.suptitle(
