@@ -1,7 +1,15 @@
 """fcp_exec: the training side of Flexible Context Parallelism (process groups, ring attention).
 
-Importing fcp_exec imports torch only; megatron-core, flash-attn and torch_npu are imported when
-first used.
+Per global batch, every rank (all of them, same order) creates the plan's groups; per micro-batch
+the RankPlan's group is bound and attention runs over its ring:
+
+    cache = CPGroupCache(ReplicaRanks(world_size=W, tensor_parallel=TP, pipeline_parallel=PP))
+    cache.prepare_plan(plan)                      # or cp_context(..., wave_rings=...)
+    with cp_context(rank_plan, groups=cache) as cp:
+        out = ring_attention(q, k, v, cu_seqlens, cu_seqlens_padded, ring=cp.ring, causal=flags)
+
+Importing fcp_exec imports torch only; megatron-core, the planner, flash-attn and torch_npu are
+imported when first used (`fcp_exec.megatron` needs megatron-core).
 """
 
 from fcp_exec.attention import ring_attention

@@ -122,6 +122,12 @@ def _check_context(rank: int, cache: CPGroupCache) -> None:
     except KeyError:
         pass
     assert all(getattr(ps, n) is v for n, v in before.items()), "not restored after exception"
+    empty = RankPlan(replica=rank, wave=0, num_waves=1, group_replicas=(), index_in_group=-1,
+                     degree=0, sequence_ids=(), seqlens=(), causal=(), predicted_time=0.0,
+                     digest="d")  # fmt: skip
+    with cp_context(empty, groups=cache, wave_rings=[(0, 1, 2, 3)]) as b:
+        assert b.degree == 0 and b.group is None
+        assert all(getattr(ps, n) is v for n, v in before.items()), "empty plan rebound state"
     # switch cost between cached groups (the paper reports ~1 ms for its switch)
     rings = [(0, 1, 2, 3), (3, 1, 0, 2)]
     start = time.perf_counter()
