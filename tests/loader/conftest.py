@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from loader_helpers import ByteTokenizer, TarIndex, cluster, write_text_shards
+from loader_helpers import NUM_SAMPLES, ByteTokenizer, TarIndex, write_text_shards
 
 from fcp_data.planner import CostModel
 
-NUM_SAMPLES = 90
-__all__ = ["NUM_SAMPLES", "cluster"]
+__all__: list[str] = []
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ import numpy as np
 from fcp_data.planner import Cluster, CPGroup, Plan, Wave, padded_length
 
 __all__ = [
+    "NUM_SAMPLES",
     "ByteTokenizer",
     "TarIndex",
     "cluster",
@@ -26,6 +27,10 @@ __all__ = [
     "simple_planner",
     "write_text_shards",
 ]
+
+
+NUM_SAMPLES = 90
+"""Samples in the shared text-shard fixture (conftest.shards)."""
 
 
 def cluster(n: int, tokens: int = 1100) -> Cluster:

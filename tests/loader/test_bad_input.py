@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import cluster
 from crash_helpers import ExitOn, RaiseOn
-from loader_helpers import ByteTokenizer, TarIndex, simple_planner, write_text_shards
+from loader_helpers import ByteTokenizer, TarIndex, cluster, simple_planner, write_text_shards
 
 from fcp_data.loader import FCPDataLoader, LoaderOptions
 from fcp_data.loader_batches import SampleReadError

@@ -6,8 +6,14 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import NUM_SAMPLES, cluster
-from loader_helpers import ByteTokenizer, TarIndex, reassemble, simple_planner
+from loader_helpers import (
+    NUM_SAMPLES,
+    ByteTokenizer,
+    TarIndex,
+    cluster,
+    reassemble,
+    simple_planner,
+)
 
 from fcp_data.collate import IGNORE_INDEX
 from fcp_data.loader import FCPDataLoader, LoaderOptions
