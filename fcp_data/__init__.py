@@ -1,9 +1,22 @@
 """fcp_data: the data side of Flexible Context Parallelism.
 
 Readers estimate token counts, the planner turns a global batch of lengths into a Plan, the
-collator shards each replica's sequences. Import the subpackages you need; nothing is done at
-import time.
+collator shards each replica's sequences, and `FCPDataLoader` ties them together. Names are
+resolved lazily (PEP 562): `import fcp_data` does no work and imports neither torch nor numba.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+__all__ = ["FCPDataLoader", "LoaderOptions", "__version__"]
+
+_LAZY = {"FCPDataLoader": "fcp_data.loader", "LoaderOptions": "fcp_data.loader"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fcp_data' has no attribute {name!r}")

@@ -67,3 +67,17 @@ def test_bad_input_exits_2_with_a_message(capsys, tmp_path):
 def test_no_command_prints_help(capsys):
     assert main([]) == 2
     assert "COMMAND" in capsys.readouterr().out
+
+
+def test_package_import_is_light_and_exports_the_loader():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, fcp_data\n"
+        "assert 'torch' not in sys.modules and 'numba' not in sys.modules, sorted(sys.modules)\n"
+        "from fcp_data import FCPDataLoader, LoaderOptions\n"
+        "print(FCPDataLoader.__name__, LoaderOptions.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["FCPDataLoader", "LoaderOptions"]
