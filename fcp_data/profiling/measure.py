@@ -19,6 +19,7 @@ What is measured and what is derived:
 from __future__ import annotations
 
 import json
+import os
 import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -121,6 +122,7 @@ def run_profile(
 ) -> Profile:
     """Measure, fit and return a Profile (`Profile.save` writes what CostModel.load reads)."""
     step = on_step or (lambda _msg: None)
+    load_before = os.getloadavg()[0]
     shape = config.shape
     old_threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
@@ -171,7 +173,8 @@ def run_profile(
         "shape": asdict(shape), "device": config.device, "threads": config.threads,
         "repeats": config.repeats, "torch": torch.__version__, "machine": platform.machine(),
         "processor": platform.processor() or "unknown", "eta_measured": config.full_attention,
-        "p2p_measured": config.p2p,
+        "p2p_measured": config.p2p, "cpu_count": os.cpu_count(),
+        "loadavg_1min": [load_before, os.getloadavg()[0]],  # busy machine: noisy points
     }  # fmt: skip
     return Profile(cost=cost, compute=compute, points=tuple(points), p2p=p2p_fit,
                    p2p_points=p2p_points, meta=meta)  # fmt: skip
