@@ -24,6 +24,7 @@ __all__ = [
     "pack_lanes",
     "pack_local",
     "refine_moves",
+    "smallest_lane_target",
     "unit_lane_time",
 ]
 
@@ -267,7 +268,9 @@ def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed,
     window of replicas on which it finishes first, starting when the whole window is free.
 
     Degrees tried: dmin .. dmin + extra (allowed ones only). Windows are packed inside a node
-    (starts b, b+d, b+2d, ...) or, for d > replicas per node, start at node boundaries.
+    (starts b, b+d, b+2d, ...) or, for d > replicas per node, start at node boundaries. With
+    equal speeds a degree's run time is the same on every window of one kind (intra- or
+    inter-node), so only the window that frees up first matters: O(N) per degree.
     Returns (start, degree, finish time) per unit and the makespan.
     """
     k = order.shape[0]
@@ -277,6 +280,7 @@ def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed,
     w_end = np.zeros(att.shape[0])
     nodes = (n + rpn - 1) // rpn
     fastest = speed.max()
+    uniform = speed.min() == fastest
     for t in range(k):
         u = order[t]
         bf = INF
@@ -286,20 +290,27 @@ def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed,
         for d in range(dmin[u], min(n, dmin[u] + extra) + 1):
             if not allowed[d]:
                 continue
+            inter = d > rpn
+            t_run = group_time(att[u], lin[u], comm[u], d, inter, fastest, p)
             # no window of this degree can beat the best so far: skip its scan
-            if earliest + group_time(att[u], lin[u], comm[u], d, False, fastest, p) >= bf:
+            if earliest + t_run >= bf:
                 continue
-            # node-aligned windows: packed inside each node, or whole nodes when d > rpn
-            for nd in range(nodes if d <= rpn else 1):
-                top = min(n, nd * rpn + rpn) if d <= rpn else n
+            for nd in range(nodes if not inter else 1):
+                top = min(n, nd * rpn + rpn) if not inter else n
                 s0 = nd * rpn
                 while s0 + d <= top:
-                    f = _window_finish(free, speed, s0, d, att[u], lin[u], comm[u], d > rpn, p)
+                    if uniform:
+                        smax = 0.0
+                        for r in range(s0, s0 + d):
+                            smax = max(smax, free[r])
+                        f = smax + t_run
+                    else:
+                        f = _window_finish(free, speed, s0, d, att[u], lin[u], comm[u], inter, p)
                     if f < bf:
                         bf = f
                         bs = s0
                         bd = d
-                    s0 += d if d <= rpn else rpn
+                    s0 += d if not inter else rpn
         if bd == 0:
             return w_start, w_deg, w_end, INF
         for r in range(bs, bs + bd):
@@ -562,3 +573,42 @@ def compact_windows(lens, order, w_start, w_deg, n: int, cap: int):
                 last[r] = ng
             ng += 1
     return g_of, g_start[:ng].copy(), g_deg[:ng].copy()
+
+
+@nb.njit(cache=True)
+def smallest_lane_target(
+    att, lin, comm, dmin, overhead, order, lower: float, n: int, rpn: int, allowed, p, credit: float
+):
+    """Bisect the smallest target makespan whose lanes (`lanes_for_target`) fit N replicas.
+
+    The target grows from the lower bound by 5%, 15%, then ×1.5 until feasible, then is
+    bisected to 0.4%. Returns (wide lane degrees, target); target INF when nothing fits.
+    """
+    lo = max(lower, 1e-12)
+    hi = lo
+    wide, k1 = lanes_for_target(
+        att, lin, comm, dmin, overhead, order, hi, n, rpn, allowed, p, credit
+    )
+    steps = 0
+    while k1 < 0 and steps < 60:
+        lo = hi
+        hi = hi * (1.05 if steps == 0 else 1.1 if steps == 1 else 1.5)
+        steps += 1
+        wide, k1 = lanes_for_target(
+            att, lin, comm, dmin, overhead, order, hi, n, rpn, allowed, p, credit
+        )
+    if k1 < 0:
+        return wide, INF
+    for _ in range(12):
+        if hi - lo <= 4e-3 * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        w2, k2 = lanes_for_target(
+            att, lin, comm, dmin, overhead, order, mid, n, rpn, allowed, p, credit
+        )
+        if k2 < 0:
+            lo = mid
+        else:
+            hi = mid
+            wide = w2
+    return wide, hi

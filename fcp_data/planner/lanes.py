@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels import deal_lpt, lanes_for_target, pack_lanes, refine_moves
+from .kernels import deal_lpt, lanes_for_target, pack_lanes, refine_moves, smallest_lane_target
 from .placement import place_degrees
 from .problem import Problem, Schedule
 
@@ -192,27 +192,22 @@ def _feasible(
 def _smallest_target(
     prob: Problem, lower: float, credit: float, units: np.ndarray, allowed: np.ndarray
 ):
-    """Bisect the smallest target makespan whose lanes fit N replicas: (wide degrees, target)."""
-    hi = max(lower, 1e-12)
-    found = _feasible(prob, hi, credit, units, allowed)
-    grow = 0
-    while found is None and grow < 60:
-        hi *= 1.5
-        grow += 1
-        found = _feasible(prob, hi, credit, units, allowed)
-    if found is None:
-        return None
-    lo = hi / 1.5 if grow else hi
-    for _ in range(10):
-        if hi - lo <= 4e-3 * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        got = _feasible(prob, mid, credit, units, allowed)
-        if got is None:
-            lo = mid
-        else:
-            hi, found = mid, got
-    return found[0], hi
+    """Smallest target makespan whose lanes fit N replicas: (wide degrees, target) or None."""
+    wide, target = smallest_lane_target(
+        prob.att,
+        prob.lin,
+        prob.comm,
+        prob.dmin,
+        prob.overhead,
+        units,
+        lower,
+        prob.n,
+        prob.rpn,
+        allowed,
+        prob.p,
+        credit,
+    )
+    return None if target >= 1e299 else (wide, target)
 
 
 SLACKS = (0.0, 0.04, 0.1)
