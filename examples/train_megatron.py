@@ -9,7 +9,9 @@ Each process is one replica (gloo). Every replica's FCPDataLoader plans the same
 into megatron-core; `FCPCoreAttention` runs exact ring attention; after the last wave the
 gradient is summed over all replicas (the loss is divided by the global batch's loss-token
 count, so the sum is the exact per-token mean) and Adam steps. Each step prints its plan
-(waves, degrees) and the planner's predicted time beside the measured one. The model has the
+(waves, degrees) and the planner's predicted time beside the measured one (the slowest
+replica's forward + backward time over the waves, what the prediction covers; the gradient
+all-reduce and the optimizer step are not in either). The model has the
 shape of the shipped `cpu-small` profile, whose measured coefficients the planner uses.
 
 Text is tokenized 4 bytes to a token (ids hashed into the vocabulary), so token counts equal
@@ -202,7 +204,6 @@ def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> 
                 loss_sum += loss.detach()
         if not mb.is_last_wave:
             continue
-        t0 = time.perf_counter()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)  # the DP x CP gradient all-reduce: sum of exact per-token shares
@@ -212,7 +213,6 @@ def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> 
             offset += g.numel()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        busy += time.perf_counter() - t0
         stats = torch.tensor([float(loss_sum), busy, time.perf_counter() - t_step])
         dist.all_reduce(stats[:1])
         dist.all_reduce(stats[1:], op=dist.ReduceOp.MAX)
