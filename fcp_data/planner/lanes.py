@@ -165,48 +165,19 @@ def _pow2_mask(prob: Problem) -> np.ndarray:
     return mask
 
 
-def _feasible(
-    prob: Problem,
-    target: float,
-    credit: float,
-    units: np.ndarray,
-    allowed: np.ndarray | None = None,
-):
-    wide, k1 = lanes_for_target(
-        prob.att,
-        prob.lin,
-        prob.comm,
-        prob.dmin,
-        prob.overhead,
-        units,
-        target,
-        prob.n,
-        prob.rpn,
-        prob.allowed if allowed is None else allowed,
-        prob.p,
-        credit,
-    )
-    return (wide, k1) if k1 >= 0 else None
+def _feasible(prob: Problem, target: float, credit: float, units: np.ndarray,
+              allowed: np.ndarray):
+    """Wide lane degrees needed to finish `units` by `target`, or None when they do not fit."""
+    wide, k1 = lanes_for_target(prob.att, prob.lin, prob.comm, prob.dmin, prob.overhead, units,
+                                target, prob.n, prob.rpn, allowed, prob.p, credit)
+    return wide if k1 >= 0 else None
 
 
-def _smallest_target(
-    prob: Problem, lower: float, credit: float, units: np.ndarray, allowed: np.ndarray
-):
+def _smallest_target(prob: Problem, lower: float, credit: float, units: np.ndarray,
+                     allowed: np.ndarray):
     """Smallest target makespan whose lanes fit N replicas: (wide degrees, target) or None."""
-    wide, target = smallest_lane_target(
-        prob.att,
-        prob.lin,
-        prob.comm,
-        prob.dmin,
-        prob.overhead,
-        units,
-        lower,
-        prob.n,
-        prob.rpn,
-        allowed,
-        prob.p,
-        credit,
-    )
+    wide, target = smallest_lane_target(prob.att, prob.lin, prob.comm, prob.dmin, prob.overhead,
+                                        units, lower, prob.n, prob.rpn, allowed, prob.p, credit)
     return None if target >= 1e299 else (wide, target)
 
 
@@ -246,7 +217,7 @@ def lane_candidates(
                 got = _feasible(prob, target * (1 + slack), credit, ids, mask)
                 if got is None:
                     continue
-                wide = got[0]
+                wide = got
             key = tuple(sorted(wide.tolist(), reverse=True))
             configs.setdefault(key, f"{tag}{mname}lanes(credit={credit},slack={slack})")
     dealt = []
