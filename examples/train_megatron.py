@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -277,20 +277,6 @@ def _prepare_source(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
-def _argv(cfg: TrainConfig) -> list[str]:
-    out: list[str] = []
-    for name in TrainConfig.__slots__:  # type: ignore[attr-defined]
-        v = getattr(cfg, name)
-        flag = "--" + name.replace("_", "-")
-        if isinstance(v, bool):
-            out += [flag] if v else []
-        elif isinstance(v, list):
-            out += [flag, *v] if v else []
-        elif v is not None:
-            out += [flag, str(v)]
-    return out
-
-
 def launch(cfg: TrainConfig, *, timeout_s: float = 600.0) -> TrainReport:
     """Run `cfg.replicas` worker processes of this script on one host (what torchrun does:
     RANK, WORLD_SIZE, MASTER_ADDR/PORT in the environment); exit codes are checked."""
@@ -300,13 +286,14 @@ def launch(cfg: TrainConfig, *, timeout_s: float = 600.0) -> TrainReport:
         port = s.getsockname()[1]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
+        report, config = Path(tmp) / "report.json", Path(tmp) / "config.json"
+        config.write_text(json.dumps(asdict(cfg)))
         procs = []
         for r in range(cfg.replicas):
             env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "OMP_NUM_THREADS": "1",
                    "WORLD_SIZE": str(cfg.replicas), "MASTER_ADDR": "127.0.0.1",
                    "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore"}  # fmt: skip
-            cmd = [sys.executable, __file__, *_argv(cfg), "--report", str(report)]
+            cmd = [sys.executable, __file__, "--config", str(config), "--report", str(report)]
             procs.append(subprocess.Popen(cmd, env=env, stdout=None if r == 0 else
                                           subprocess.DEVNULL))  # fmt: skip
         deadline = time.monotonic() + timeout_s
@@ -341,9 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument(flag, type=type(v) if v is not None else str, default=v)
     p.add_argument("--report", help="rank 0 writes the per-step records here (JSON)")
+    p.add_argument("--config", help="a TrainConfig as JSON (what `launch` hands its workers)")
     args = vars(p.parse_args(argv))
-    report = args.pop("report")
-    cfg = TrainConfig(**args)
+    report, config = args.pop("report"), args.pop("config")
+    cfg = TrainConfig(**(json.loads(Path(config).read_text()) if config else args))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         worker(cfg, report)
         return 0

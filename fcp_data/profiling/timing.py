@@ -62,11 +62,13 @@ def _sync_for(device: torch.device) -> Callable[[], None]:
 
 def time_attention(
     shape: ModelShape, seqlen: int, *, causal: bool = True, repeats: int = 3,
-    device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, rank: int = 0,
 ) -> float:  # fmt: skip
-    """Seconds of attention fwd+bwd for one sequence, all layers (one layer timed)."""
-    import torch.distributed as dist
+    """Seconds of attention fwd+bwd for one sequence, all layers (one layer timed).
 
+    `rank`: this process's global rank when torch.distributed is initialised (the one-member
+    ring must name it); 0 otherwise.
+    """
     from fcp_exec import ring_attention
 
     if seqlen < 2 or seqlen % 2:
@@ -79,7 +81,7 @@ def time_attention(
     grad = torch.randn_like(q)
     q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
     cu = torch.tensor([0, seqlen], dtype=torch.int32)
-    me = (dist.get_rank() if dist.is_initialized() else 0,)
+    me = (int(rank),)
 
     def run() -> None:
         out = ring_attention(q, k, v, cu, cu, ring=me, causal=causal)
