@@ -122,8 +122,8 @@ def lane_schedule(
 
 
 def _degree_candidates(prob: Problem, lo: int) -> list[int]:
-    """Fixed degrees worth trying: lo .. lo + 7, then powers of two and N."""
-    out = {d for d in range(lo, min(prob.n, lo + 7) + 1) if prob.allowed[d]}
+    """Fixed degrees worth trying: lo .. lo + 3, then powers of two and N."""
+    out = {d for d in range(lo, min(prob.n, lo + 3) + 1) if prob.allowed[d]}
     d = 1
     while d <= prob.n:
         if d >= lo and prob.allowed[d]:
@@ -165,19 +165,43 @@ def _pow2_mask(prob: Problem) -> np.ndarray:
     return mask
 
 
-def _feasible(prob: Problem, target: float, credit: float, units: np.ndarray,
-              allowed: np.ndarray):
+def _feasible(prob: Problem, target: float, credit: float, units: np.ndarray, allowed: np.ndarray):
     """Wide lane degrees needed to finish `units` by `target`, or None when they do not fit."""
-    wide, k1 = lanes_for_target(prob.att, prob.lin, prob.comm, prob.dmin, prob.overhead, units,
-                                target, prob.n, prob.rpn, allowed, prob.p, credit)
+    wide, k1 = lanes_for_target(
+        prob.att,
+        prob.lin,
+        prob.comm,
+        prob.dmin,
+        prob.overhead,
+        units,
+        target,
+        prob.n,
+        prob.rpn,
+        allowed,
+        prob.p,
+        credit,
+    )
     return wide if k1 >= 0 else None
 
 
-def _smallest_target(prob: Problem, lower: float, credit: float, units: np.ndarray,
-                     allowed: np.ndarray):
+def _smallest_target(
+    prob: Problem, lower: float, credit: float, units: np.ndarray, allowed: np.ndarray
+):
     """Smallest target makespan whose lanes fit N replicas: (wide degrees, target) or None."""
-    wide, target = smallest_lane_target(prob.att, prob.lin, prob.comm, prob.dmin, prob.overhead,
-                                        units, lower, prob.n, prob.rpn, allowed, prob.p, credit)
+    wide, target = smallest_lane_target(
+        prob.att,
+        prob.lin,
+        prob.comm,
+        prob.dmin,
+        prob.overhead,
+        units,
+        lower,
+        prob.n,
+        prob.rpn,
+        allowed,
+        prob.p,
+        credit,
+    )
     return None if target >= 1e299 else (wide, target)
 
 

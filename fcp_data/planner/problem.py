@@ -9,7 +9,6 @@ DESIGN.md; `to_plan` turns the winner into the public, frozen Plan.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -201,20 +200,17 @@ def lower_bound(prob: Problem, keep: np.ndarray | None = None) -> float:
     top = ids[np.argmax(prob.work[ids])]
     rest = work - float(prob.work[top])
     fastest, slowest = float(prob.speed.max()), float(prob.speed.min())
-    best = math.inf
-    for d in range(1, prob.n + 1):  # every degree: the bound holds for all strategies
-        s = int(prob.lens[top])
-        if (s if d == 1 else -(-s // (2 * d)) * 2) > prob.cap:
-            continue
-        t = prob.cost.time_from_aggregates(
-            prob.att[top],
-            prob.lin[top],
-            prob.comm[top],
-            d,
-            inter_node=d > prob.rpn,
-            speed=fastest,
-        )
-        best = min(best, max(t, (rest + d * slowest * t) / total_speed))
+    s = int(prob.lens[top])
+    d = np.arange(1, prob.n + 1)  # every degree: the bound holds for all strategies
+    local = np.where(d == 1, s, -(-s // (2 * d)) * 2)
+    d = d[local <= prob.cap]
+    if d.size == 0:
+        return work / total_speed
+    bw = np.where(d > prob.rpn, prob.p[3], prob.p[2])
+    comm = np.where(d > 1, (d - 1) / d * prob.comm[top] / bw + prob.p[1] * (d - 1), 0.0)
+    t = prob.lin[top] / d / fastest + np.maximum(prob.att[top] / d / fastest, comm)
+    t = t + prob.p[0] / fastest
+    best = float(np.min(np.maximum(t, (rest + d * slowest * t) / total_speed)))
     return max(work / total_speed, best)
 
 
@@ -241,12 +237,12 @@ class Schedule:
         counts = np.bincount(self.unit_group, minlength=self.starts.size)
         return np.split(self.units[srt], np.cumsum(counts)[:-1])
 
-    def _sorted_members(self, lens: np.ndarray) -> tuple[list[int], np.ndarray]:
-        """All units as one list, group by group, each group longest first (ties by id), and
+    def _sorted_members(self, lens: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """All units as one array, group by group, each group longest first (ties by id), and
         the group boundaries: one sort instead of one per group."""
         srt = np.lexsort((self.units, -lens[self.units], self.unit_group))
         counts = np.bincount(self.unit_group, minlength=self.starts.size)
-        return self.units[srt].tolist(), np.concatenate([[0], np.cumsum(counts)])
+        return self.units[srt], np.concatenate([[0], np.cumsum(counts)]).tolist()
 
     def replicas(self, g: int) -> np.ndarray:
         if self.replica_sets is not None:
@@ -284,12 +280,16 @@ class Schedule:
     ) -> Plan:
         """Waves by the rule wave(g) = 1 + max wave of the previous group on any member."""
         last = np.full(prob.n, -1, np.int64)
-        lens_l = prob.lens.tolist()
-        causal_l = prob.causal.tolist()
         waves: list[list[CPGroup]] = []
         barrier_wave: list[bool] = []
         floor = 0
         flat, bounds = self._sorted_members(prob.lens)
+        ids_l, lens_l, causal_l = (
+            flat.tolist(),
+            prob.lens[flat].tolist(),
+            prob.causal[flat].tolist(),
+        )
+        times_l = self.times.tolist()
         for g in range(self.starts.size):
             reps = self.replicas(g)
             w = max(floor, int(last[reps].max()) + 1)
@@ -297,16 +297,16 @@ class Schedule:
             while len(waves) <= w:
                 waves.append([])
                 barrier_wave.append(False)
-            ids = flat[bounds[g] : bounds[g + 1]]
+            a, b = bounds[g], bounds[g + 1]
             rl = reps.tolist()
             waves[w].append(
                 CPGroup(
                     replicas=tuple(rl),
                     degree=len(rl),
-                    sequence_ids=tuple(ids),
-                    seqlens=tuple(lens_l[i] for i in ids),
-                    causal=tuple(causal_l[i] for i in ids),
-                    predicted_time=float(self.times[g]),
+                    sequence_ids=tuple(ids_l[a:b]),
+                    seqlens=tuple(lens_l[a:b]),
+                    causal=tuple(causal_l[a:b]),
+                    predicted_time=times_l[g],
                     inter_node=rl[0] // prob.rpn != rl[-1] // prob.rpn
                     if self.replica_sets is None
                     else prob.cluster.spans_nodes(rl),
