@@ -54,7 +54,7 @@ class ProfileConfig:
     device: str = "cpu"
     full_attention: bool = True
     p2p: bool = True
-    p2p_sizes: tuple[int, ...] = (4096, 65536, 1 << 20, 4 << 20, 16 << 20)
+    p2p_sizes: tuple[int, ...] | None = None
     p2p_repeats: int = 7
 
     def __post_init__(self) -> None:
@@ -69,8 +69,18 @@ class ProfileConfig:
     @classmethod
     def quick(cls, shape: ModelShape, **kw: Any) -> ProfileConfig:
         base: dict[str, Any] = dict(seqlens=QUICK_SEQLENS, repeats=2, full_attention=False,
-                                    p2p_sizes=(4096, 1 << 20, 4 << 20), p2p_repeats=3)  # fmt: skip
+                                    p2p_repeats=3)  # fmt: skip
         return cls(shape=shape, **{**base, **kw})
+
+    def ring_message_sizes(self) -> tuple[int, ...]:
+        """P2P sizes to time: `p2p_sizes`, or the K+V block one ring step of one layer sends
+        for each grid length at degree 2 (s/2 tokens x 2 x kv_heads x head_dim x 4 bytes:
+        64 KB-1 MB for cpu-small). Loopback gloo is not linear in size (a ~2 ms plateau from
+        64 KB to 4 MB was measured here), so the fit is made where the ring actually runs."""
+        if self.p2p_sizes is not None:
+            return self.p2p_sizes
+        per_token = 2 * self.shape.kv_heads * self.shape.head_dim * 4
+        return tuple(sorted({s // 2 * per_token for s in self.seqlens}))
 
     @property
     def num_steps(self) -> int:
@@ -152,7 +162,8 @@ def run_profile(
     p2p_fit, p2p_points = None, ()
     bandwidth, latency = 5e9, 0.0  # the `cpu` device preset's guess when P2P is not measured
     if config.p2p:
-        p2p_points = tuple(measure_p2p(config.p2p_sizes, repeats=config.p2p_repeats))
+        p2p_points = tuple(measure_p2p(config.ring_message_sizes(),
+                                       repeats=config.p2p_repeats))
         step("p2p")
         p2p_fit = fit_p2p([p.nbytes for p in p2p_points], [p.seconds for p in p2p_points])
         latency = p2p_fit.coef["latency"]
