@@ -19,7 +19,8 @@ Text is tokenized 4 bytes to a token (ids hashed into the vocabulary), so token 
 the vision-token positions are embedded as the placeholder id (no vision encoder yet).
 Samples longer than --max-tokens are left out to keep a CPU run to a minute or two.
 `--no-cp` then trains the same batches again with every sequence on one replica (degree 1) and
-prints the per-step loss difference: ring attention is exact, so it is float rounding only.
+prints the per-step loss difference: ring attention is exact, so it is float rounding only
+(the no-CP plan ignores the per-replica token cap: on CPU it is a numerical check).
 """
 
 from __future__ import annotations
