@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=2048, help="clip lengths here (2048)")
     p.add_argument("--strategies", nargs="+", default=["fcp", "static"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cost", type=Path, help="profile JSON (default: the shipped cpu-small one); "
+                   "its shape must be cpu-small, the model replayed here")
     p.add_argument("--repeats", type=int, default=3, help="runs per plan, median kept (3)")
     p.add_argument("--timeout", type=float, default=300.0)
     args = p.parse_args(argv)
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     from fcp_data.planner import Cluster, CostModel, generate_lengths, plan_global_batch, score_plan
     from fcp_data.profiling import shipped_profile
 
-    cost = CostModel.load(shipped_profile("cpu-small"))
+    cost = CostModel.load(args.cost or shipped_profile("cpu-small"))
     cluster = Cluster(args.replicas, tokens_per_replica=args.tokens_per_replica)
     cases, plans = [], []
     for b in range(args.batches):
