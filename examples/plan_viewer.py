@@ -23,9 +23,10 @@ import argparse
 import math
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -156,8 +157,8 @@ def _runs(replicas: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _gantt(ax, res: StrategyResult, bars: list[Bar], barriers: list[float], n: int,
-           xmax: float, color) -> None:  # fmt: skip
+def _gantt(ax: Any, res: StrategyResult, bars: list[Bar], barriers: list[float], n: int,
+           xmax: float, color: Callable[[int], Any]) -> None:  # fmt: skip
     for b in bars:
         c = color(b.degree)
         for first, count in _runs(b.replicas):
@@ -189,7 +190,7 @@ def _gantt(ax, res: StrategyResult, bars: list[Bar], barriers: list[float], n: i
     ax.set_ylabel("replica")
 
 
-def _degree_table(ax, ok: list[StrategyResult], color) -> None:
+def _degree_table(ax: Any, ok: list[StrategyResult], color: Callable[[int], Any]) -> None:
     """Groups and share of tokens per degree, one column per strategy (the paper's Table 6)."""
     degrees = sorted({d for r in ok if r.plan is not None for d in r.plan.degrees})
     for j, res in enumerate(ok):
@@ -219,7 +220,7 @@ def _degree_table(ax, ok: list[StrategyResult], color) -> None:
         ax.spines[side].set_visible(False)
 
 
-def _rect(xy: tuple[float, float], w: float, h: float, c):
+def _rect(xy: tuple[float, float], w: float, h: float, c: Any) -> Any:
     from matplotlib.patches import Rectangle
 
     return Rectangle(xy, w, h, facecolor=c, edgecolor="white", linewidth=0.6)

@@ -78,7 +78,7 @@ class CappedSource:
         return self._src.read(int(self._keep[i]))
 
 
-def no_cp_planner(seqlens, cluster, cost, *, causal=True, **_: Any):
+def no_cp_planner(seqlens: Any, cluster: Any, cost: Any, *, causal: Any = True, **_: Any) -> Any:
     """Every sequence on one replica (degree 1), dealt longest first to the least loaded."""
     from fcp_data.planner import CPGroup, Plan, Wave
 
@@ -132,7 +132,7 @@ class TrainReport:
     wall_s: float
 
 
-def _model(seed: int):
+def _model(seed: int) -> Any:
     import torch
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -158,7 +158,7 @@ def _model(seed: int):
     return model
 
 
-def _loader(cfg: TrainConfig, rank: int, no_cp: bool):
+def _loader(cfg: TrainConfig, rank: int, no_cp: bool) -> Any:
     from fcp_data.loader import FCPDataLoader, LoaderOptions
     from fcp_data.planner import Cluster, CostModel
     from fcp_data.profiling import shipped_profile

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 __all__ = ["register", "run"]
 
@@ -48,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _print_tables(profile, console) -> None:
+def _print_tables(profile: Any, console: Any) -> None:
     from rich.table import Table
 
     t = Table(title=f"compute fit: t(s) = α1·s² + α2·s + β1  ({profile.cost.name})")
