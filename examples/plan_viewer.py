@@ -239,7 +239,10 @@ def draw(
 
     ok = [r for r in results if r.plan is not None]
     if not ok:
-        raise ValueError(f"no strategy produced a plan: {[r.error for r in results]}")
+        raise ValueError(
+            f"no strategy produced a plan: {[r.error for r in results]}; raise "
+            "--tokens-per-replica or --replicas so the longest sequence fits"
+        )
     n = cluster.num_replicas
     maxdeg = max(max(r.plan.degrees) for r in ok if r.plan is not None)
     norm = LogNorm(vmin=1, vmax=max(2, maxdeg))
