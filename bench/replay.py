@@ -17,6 +17,8 @@ the planner simulator's.
 On CPU the gloo transfers run on the same cores as the kernels (there is no copy engine), so
 communication that the cost model hides behind attention is partly exposed; with more replicas
 than cores the processes also share cores, so keep --replicas <= cores for honest numbers.
+`--replicas 1 --tokens-per-replica 2048` isolates the compute model (no ring, no sharing):
+measured within ±3% of predicted per batch on the 2-core machine the profile was taken on.
 """
 
 from __future__ import annotations
