@@ -497,7 +497,9 @@ def lanes_for_target(
             narrow += unit_lane_time(att, lin, comm, overhead, u, 1, False, 1.0, q)
             continue
         best = -1
-        for ln in range(nl):
+        # the 64 most recently opened lanes: older ones are all but full (first-fit
+        # decreasing); exact whenever fewer than 65 wide lanes exist (N <= 128)
+        for ln in range(max(0, nl - 64), nl):
             if lane_deg[ln] < need:
                 continue
             tt = unit_lane_time(
