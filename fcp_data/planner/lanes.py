@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels import deal_lpt, lanes_for_target, pack_lanes, refine_moves, smallest_lane_target
+from .lane_kernels import deal_lpt, lanes_for_target, pack_lanes, refine_moves, smallest_lane_target
 from .placement import place_degrees
 from .problem import Problem, Schedule
 

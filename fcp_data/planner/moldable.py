@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import compact_windows, list_schedule
+from .list_kernels import compact_windows, list_schedule
 from .problem import Problem, Schedule
 
 __all__ = ["moldable_schedule"]
