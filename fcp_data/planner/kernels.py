@@ -1,8 +1,9 @@
 """Compiled inner loops of the planner (numba, cache=True).
 
 The core kernels (cost, Stage 1 BFD, Stage 2 DP, critical path) are here; the lane and list
-scheduling kernels are in `lane_kernels.py` and `list_kernels.py`. Every kernel works on plain arrays: per-unit aggregates `att` (Σα1(1+η)s²), `lin` (Σα2 s +
-vision), `comm` (Σα3 s), a per-unit minimum degree `dmin`, and `p`, the packed cost parameters
+scheduling kernels are in `lane_kernels.py` and `list_kernels.py`. Every kernel works on plain
+arrays: per-unit aggregates `att` (Σα1(1+η)s²), `lin` (Σα2 s + vision), `comm` (Σα3 s), a
+per-unit minimum degree `dmin`, and `p`, the packed cost parameters
 [beta1, beta2, intra-node bandwidth, inter-node bandwidth]. `allowed[d]` says whether degree d
 may be used (all True for fcp, powers of two for the pow2 baseline). Windows of replicas are
 contiguous: (start, degree).
