@@ -182,6 +182,15 @@ def _loader(cfg: TrainConfig, rank: int, no_cp: bool) -> Any:
     )  # fmt: skip
 
 
+def _epochs(loader: Any) -> Any:
+    """Micro-batches of epoch 0, 1, 2, ... back to back (a short index runs out in 5 steps)."""
+    epoch = 0
+    while True:
+        loader.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
 def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> list[dict]:
     import torch
     import torch.distributed as dist
@@ -193,7 +202,7 @@ def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> 
     loader = _loader(cfg, rank, no_cp)
     records: list[dict] = []
     loss_sum, busy, t_step = torch.zeros(()), 0.0, time.perf_counter()
-    for mb in loader:
+    for mb in _epochs(loader):
         with cp_context(mb.plan, groups=cache, wave_rings=mb.wave_groups, verify=not records):
             if not mb.is_empty:
                 t0 = time.perf_counter()

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="leave out the simulated 64-replica comparison (step 1)")
     p.add_argument("--replicas", type=int, default=4,
                    help="training processes, one replica each (default 4)")
-    p.add_argument("--steps", type=int, default=4, help="training steps (default 4)")
+    p.add_argument("--steps", type=int, default=6, help="training steps (default 6)")
     p.set_defaults(func=run)
 
 
