@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -146,6 +147,11 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"training: {len(report.steps)} steps, loss {first['loss']:.4f} -> "
                      f"{last['loss']:.4f}; step time predicted {pred:.2f} s, measured "
                      f"{meas:.2f} s in total ({report.wall_s:.0f} s with process start-up)")
+        cores = os.cpu_count() or 1
+        if args.replicas > cores:
+            lines.append(f"  ({args.replicas} processes share {cores} cores: the prediction "
+                         "assumes a core per replica, and ring partners wait for each other's "
+                         "turn on a core; see bench/replay.py for a fair comparison)")
     con.rule("report")
     for line in lines:
         con.print(line, soft_wrap=True)
