@@ -162,8 +162,9 @@ def run_profile(
     p2p_fit, p2p_points = None, ()
     bandwidth, latency = 5e9, 0.0  # the `cpu` device preset's guess when P2P is not measured
     if config.p2p:
-        p2p_points = tuple(measure_p2p(config.ring_message_sizes(),
-                                       repeats=config.p2p_repeats))
+        gpus = config.device.startswith("cuda") and torch.cuda.device_count() >= 2
+        p2p_points = tuple(measure_p2p(config.ring_message_sizes(), repeats=config.p2p_repeats,
+                                       backend="nccl" if gpus else "gloo"))
         step("p2p")
         p2p_fit = fit_p2p([p.nbytes for p in p2p_points], [p.seconds for p in p2p_points])
         latency = p2p_fit.coef["latency"]
@@ -185,6 +186,8 @@ def run_profile(
         "repeats": config.repeats, "torch": torch.__version__, "machine": platform.machine(),
         "processor": platform.processor() or "unknown", "eta_measured": config.full_attention,
         "p2p_measured": config.p2p, "cpu_count": os.cpu_count(),
+        "p2p_backend": "nccl" if config.device.startswith("cuda")
+        and torch.cuda.device_count() >= 2 else "gloo",
         "loadavg_1min": [load_before, os.getloadavg()[0]],  # busy machine: noisy points
     }  # fmt: skip
     return Profile(cost=cost, compute=compute, points=tuple(points), p2p=p2p_fit,

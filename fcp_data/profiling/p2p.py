@@ -46,9 +46,13 @@ def _pingpong(rank: int, port: int, sizes: list[int], repeats: int, backend: str
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=2, timeout=datetime.timedelta(seconds=60))  # fmt: skip
     peer = 1 - rank
+    device = torch.device("cpu")
+    if backend == "nccl":  # one GPU per process (needs 2 GPUs); written, not run on hardware
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
     results = []
     for n in sizes:
-        buf = torch.zeros(max(1, n // 4), dtype=torch.float32)
+        buf = torch.zeros(max(1, n // 4), dtype=torch.float32, device=device)
         rtts = []
         for i in range(repeats + 1):
             t0 = time.perf_counter()
@@ -58,6 +62,8 @@ def _pingpong(rank: int, port: int, sizes: list[int], repeats: int, backend: str
             else:
                 dist.recv(buf, peer)
                 dist.send(buf, peer)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
             if i:
                 rtts.append(time.perf_counter() - t0)
         results.append((buf.numel() * 4, statistics.median(rtts) / 2))
