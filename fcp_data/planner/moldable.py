@@ -17,7 +17,7 @@ __all__ = ["moldable_schedule"]
 
 
 def moldable_schedule(
-    prob: Problem, units: np.ndarray | None = None, extra: int = 8
+    prob: Problem, units: np.ndarray | None = None, extra: int = 4
 ) -> Schedule | None:
     order = prob.order if units is None else units
     if order.size * prob.n * (extra + 1) > 1e7:  # bounded work at 1024 replicas
