@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import multiprocessing as mp
 import os
-import socket
 import statistics
 import sys
 import time
@@ -38,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from fcp_exec.launch import run_group
 
 __all__ = ["main"]
 
@@ -91,7 +91,7 @@ def _run_group(model: _Model, seqlens: tuple[int, ...], degree: int, ring: tuple
     model(x, labels, cu, cu_p, ring).backward()
 
 
-def _worker(rank: int, world: int, port: int, plans: list[bytes], out: Any) -> None:
+def _worker(rank: int, world: int, port: int, out: Any, plans: list[bytes]) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     from fcp_data.planner import Plan
@@ -128,25 +128,7 @@ def _worker(rank: int, world: int, port: int, plans: list[bytes], out: Any) -> N
 
 
 def _execute(plans: list[bytes], world: int, timeout_s: float) -> list[list[dict]]:
-    ctx = mp.get_context("spawn")
-    out = ctx.SimpleQueue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [ctx.Process(target=_worker, args=(r, world, port, plans, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + timeout_s
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    codes = [p.exitcode for p in procs]
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    if any(c != 0 for c in codes) or out.empty():
-        raise RuntimeError(f"replay processes exited with codes {codes} (None: killed at "
-                           f"{timeout_s:.0f} s)")  # fmt: skip
-    return out.get()
+    return run_group(_worker, world, plans, timeout_s=timeout_s, what="replay")
 
 
 def main(argv: list[str] | None = None) -> int:

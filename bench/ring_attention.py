@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import multiprocessing as mp
 import os
-import socket
 import sys
 import time
 import warnings
@@ -35,6 +33,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+from fcp_exec.launch import run_group
 
 __all__ = ["main"]
 
@@ -112,7 +112,7 @@ class _NoComm:
         return None
 
 
-def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], q_out: Any) -> None:
+def _worker(rank: int, world: int, port: int, q_out: Any, cfg: dict[str, Any]) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=120))  # fmt: skip
@@ -205,20 +205,7 @@ def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], q_out: Any) -
 
 
 def bench_ring(world: int, cfg: dict[str, Any]) -> dict[str, float]:
-    ctx = mp.get_context("spawn")
-    q_out = ctx.SimpleQueue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [ctx.Process(target=_worker, args=(r, world, port, cfg, q_out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(300)
-    codes = [p.exitcode for p in procs]
-    if any(c != 0 for c in codes) or q_out.empty():
-        raise SystemExit(f"d={world}: worker exit codes {codes}")
-    res = q_out.get()
+    res = run_group(_worker, world, cfg, timeout_s=300, what=f"ring attention d={world}")
     comm = max(r["comm_alone_s"] for r in res)
     exposed = max(r["exposed_wait_s"] for r in res)
     total = max(r["fwd_bwd_s"] for r in res)

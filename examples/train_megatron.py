@@ -29,7 +29,6 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fcp_exec.launch import free_port
 
 __all__ = ["ChunkTokenizer", "TrainConfig", "TrainReport", "launch", "main", "no_cp_planner"]
 
@@ -291,9 +292,7 @@ def launch(cfg: TrainConfig, *, timeout_s: float = 600.0) -> TrainReport:
     """Run `cfg.replicas` worker processes of this script on one host (what torchrun does:
     RANK, WORLD_SIZE, MASTER_ADDR/PORT in the environment); exit codes are checked."""
     cfg = _prepare_source(cfg)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         report, config = Path(tmp) / "report.json", Path(tmp) / "config.json"

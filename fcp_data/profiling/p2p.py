@@ -11,14 +11,14 @@ codes are checked: a dead peer raises instead of hanging past `timeout_s`.
 from __future__ import annotations
 
 import datetime
-import multiprocessing as mp
 import os
-import queue
-import socket
 import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from fcp_exec.launch import run_group
 
 __all__ = ["P2PPoint", "measure_p2p"]
 
@@ -31,14 +31,8 @@ class P2PPoint:
     seconds: float
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _pingpong(rank: int, port: int, sizes: list[int], repeats: int, backend: str,
-              out: mp.Queue) -> None:  # fmt: skip
+def _pingpong(rank: int, world: int, port: int, out: Any, sizes: list[int], repeats: int,
+              backend: str) -> None:  # fmt: skip
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
     import torch.distributed as dist
@@ -83,30 +77,11 @@ def measure_p2p(
     """Ping-pong between two spawned processes; one P2PPoint per message size."""
     if len(sizes) < 2:
         raise ValueError(f"sizes={list(sizes)}: a latency + bandwidth fit needs >= 2 sizes")
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    port = _free_port()
-    args = (port, [int(s) for s in sizes], int(repeats), backend, out)
-    procs = [ctx.Process(target=_pingpong, args=(r, *args)) for r in range(2)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + timeout_s
-    result = None
     try:
-        result = out.get(timeout=timeout_s)
-    except queue.Empty as exc:  # the peer died or hung
+        result = run_group(_pingpong, 2, [int(s) for s in sizes], int(repeats), backend,
+                           timeout_s=timeout_s, what="P2P measurement")
+    except RuntimeError as exc:
         raise RuntimeError(
-            f"P2P measurement got no result within {timeout_s:.0f} s (exit codes "
-            f"{[p.exitcode for p in procs]}); check that 127.0.0.1 TCP ports are usable or "
-            "pass --no-p2p"
+            f"{exc}; check that 127.0.0.1 TCP ports are usable or pass --no-p2p"
         ) from exc
-    finally:
-        for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.kill()
-                p.join()
-    codes = [p.exitcode for p in procs]
-    if any(c != 0 for c in codes):
-        raise RuntimeError(f"P2P processes exited with codes {codes}; see their stderr above")
     return [P2PPoint(nbytes=n, seconds=t) for n, t in result]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import multiprocessing as mp
 import os
-import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -17,14 +16,9 @@ from typing import Any
 
 import torch.distributed as dist
 
+from fcp_exec.launch import free_port
+
 __all__ = ["free_port", "run_distributed"]
-
-
-def free_port() -> int:
-    """A TCP port the OS says is free right now (bind to port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _child(
