@@ -26,6 +26,6 @@ def test_run_group_returns_rank0_result_and_checks_failures_and_hangs():
     with pytest.raises(RuntimeError, match=r"fail: process exit codes \[0, 3\]"):
         run_group(fail_on_rank_1, 2, timeout_s=60, what="fail")
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match="hang: process exit codes .*result missing"):
+    with pytest.raises(RuntimeError, match=r"hang: process exit codes .*result missing"):
         run_group(hang, 2, timeout_s=3, what="hang")
     assert time.monotonic() - t0 < 30
