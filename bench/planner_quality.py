@@ -32,7 +32,7 @@ VIDEO = ("msrvtt", "internvid", "openvid")
 DEVICES = (("h200", 8), ("ascend-910c", 16))
 
 
-def simple_bound(lens, cluster, cost) -> float:
+def simple_bound(lens: np.ndarray, cluster: Cluster, cost: CostModel) -> float:
     """The issue's definition: max(total work / N, the most expensive sequence's best time)."""
     prob = Problem.build(lens, cluster, cost)
     top = int(np.argmax(prob.work))
@@ -49,7 +49,7 @@ def simple_bound(lens, cluster, cost) -> float:
     return max(float(prob.work.sum()) / cluster.num_replicas, best)
 
 
-def run_grid(args) -> list[dict]:
+def run_grid(args: argparse.Namespace) -> list[dict]:
     rows = []
     profiles = ("github", "extreme", "internvid") if args.quick else TEXT + VIDEO
     sizes = (16, 64) if args.quick else (16, 32, 64)
@@ -104,7 +104,7 @@ def run_grid(args) -> list[dict]:
 
 
 def summarise(rows: list[dict], console: Console) -> dict:
-    def ratios(key, other):
+    def ratios(key: str, other: str) -> np.ndarray:
         out = [r[other] / r[key] for r in rows if r.get(other) and r.get(key)]
         return np.array(out) if out else np.array([np.nan])
 
@@ -131,7 +131,7 @@ def summarise(rows: list[dict], console: Console) -> dict:
         sub_lb = np.array([r["fcp"] / r["lower_bound"] for r in sel])
         sub_s = np.array([r["fcp"] / r["simple_bound"] for r in sel])
 
-        def rat(other, sel=sel):
+        def rat(other: str, sel: list[dict] = sel) -> np.ndarray:
             v = [r[other] / r["fcp"] for r in sel if r.get(other)]
             return np.array(v) if v else np.array([np.nan])
 

@@ -14,18 +14,26 @@ import json
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from fcp_data.planner import Cluster, CostModel, generate_lengths, plan_global_batch, score_plan
+from fcp_data.planner import (
+    Cluster,
+    CostModel,
+    Plan,
+    generate_lengths,
+    plan_global_batch,
+    score_plan,
+)
 from fcp_data.planner.api import _FAMILIES
 from fcp_data.planner.problem import Problem, lower_bound
 
 
-def timed(fn, repeat: int) -> tuple[float, object]:
+def timed(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     out = fn()
     samples = []
     for _ in range(repeat):
@@ -161,7 +169,7 @@ def noise(console: Console, seeds: int) -> list[dict]:
     return rows
 
 
-def _degree_of(plan, k: int) -> np.ndarray:
+def _degree_of(plan: Plan, k: int) -> np.ndarray:
     deg = np.zeros(k, np.int64)
     for g in plan.groups:
         deg[list(g.sequence_ids)] = g.degree

@@ -27,7 +27,9 @@ __all__ = ["megatron_hybrid", "static_megatron"]
 
 
 @nb.njit(cache=True)
-def _next_fit(lens, ids, d: int, cap: int, groups: int):
+def _next_fit(
+    lens: np.ndarray, ids: np.ndarray, d: int, cap: int, groups: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Data-parallel split then per-group next-fit packing in data order.
 
     Returns (micro-batch of each sequence, CP group of each micro-batch, its rank in the group);

@@ -31,7 +31,10 @@ class LengthProfile:
     draw: Callable[[np.random.Generator, int], np.ndarray]
 
 
-def _lognormal(mu: float, sigma: float, lo: int, hi: int, tail: bool = False):
+Draw = Callable[[np.random.Generator, int], np.ndarray]
+
+
+def _lognormal(mu: float, sigma: float, lo: int, hi: int, tail: bool = False) -> Draw:
     def draw(rng: np.random.Generator, n: int) -> np.ndarray:
         x = rng.lognormal(mu, sigma, n)
         if tail:
@@ -47,7 +50,7 @@ def _video(
     seconds: Callable[[np.random.Generator, int], np.ndarray],
     tokens_per_second: np.ndarray,
     probs: np.ndarray,
-):
+) -> Draw:
     def draw(rng: np.random.Generator, n: int) -> np.ndarray:
         sec = seconds(rng, n)
         rate = rng.choice(tokens_per_second, size=n, p=probs)

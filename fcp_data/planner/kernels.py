@@ -20,7 +20,9 @@ INF = 1e300
 
 
 @nb.njit(cache=True)
-def group_time(att: float, lin: float, comm: float, d: int, inter: bool, speed: float, p) -> float:
+def group_time(
+    att: float, lin: float, comm: float, d: int, inter: bool, speed: float, p: np.ndarray
+) -> float:
     """T(G, d) of cost.py: L + max(A, C) + β1, compute scaled by the slowest member's speed."""
     a = att / d / speed
     c = 0.0
@@ -39,7 +41,9 @@ def pack_local(s: int, d: int) -> int:
 
 
 @nb.njit(cache=True)
-def bfd_pack(lens, order, cap: int, dmin_single, fixed_degree: int):
+def bfd_pack(
+    lens: np.ndarray, order: np.ndarray, cap: int, dmin_single: np.ndarray, fixed_degree: int
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Best-Fit-Decreasing of Stage 1: sequences (visited in `order`, longest first) into bins.
 
     A sequence that fits no open bin opens one at its own minimum degree (or `fixed_degree`
@@ -75,7 +79,16 @@ def bfd_pack(lens, order, cap: int, dmin_single, fixed_degree: int):
 
 
 @nb.njit(cache=True)
-def dp_degrees(att, lin, comm, dmin, n: int, rpn: int, allowed, p):
+def dp_degrees(
+    att: np.ndarray,
+    lin: np.ndarray,
+    comm: np.ndarray,
+    dmin: np.ndarray,
+    n: int,
+    rpn: int,
+    allowed: np.ndarray,
+    p: np.ndarray,
+) -> tuple[np.ndarray, float]:
     """Stage 2 (Eq. 11 / Algorithm 1): degrees for K concurrent groups on at most n replicas.
 
     DP[i][j] = min_d max(DP[i-1][j-d], T̂_i(d)) where T̂_i(d) = min_{d' ≤ d} T_i(d') is the
@@ -139,7 +152,7 @@ def dp_degrees(att, lin, comm, dmin, n: int, rpn: int, allowed, p):
 
 
 @nb.njit(cache=True)
-def critical_path(starts, degs, times, n: int):
+def critical_path(starts: np.ndarray, degs: np.ndarray, times: np.ndarray, n: int) -> float:
     """Makespan of groups run in order on contiguous windows, each starting when free."""
     free = np.zeros(n)
     for g in range(starts.shape[0]):

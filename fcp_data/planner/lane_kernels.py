@@ -21,12 +21,12 @@ __all__ = [
 
 
 @nb.njit(cache=True)
-def _heap_less(load, a: int, b: int) -> bool:
+def _heap_less(load: np.ndarray, a: int, b: int) -> bool:
     return load[a] < load[b] or (load[a] == load[b] and a < b)
 
 
 @nb.njit(cache=True)
-def _sift_down(heap, lo: int, size: int, i: int, load) -> None:
+def _sift_down(heap: np.ndarray, lo: int, size: int, i: int, load: np.ndarray) -> None:
     while True:
         left = 2 * i + 1
         if left >= size:
@@ -43,7 +43,19 @@ def _sift_down(heap, lo: int, size: int, i: int, load) -> None:
 
 
 @nb.njit(cache=True)
-def deal_lpt(att, lin, comm, dmin, order, lane_deg, lane_inter, lane_speed, overhead, load0, p):
+def deal_lpt(
+    att: np.ndarray,
+    lin: np.ndarray,
+    comm: np.ndarray,
+    dmin: np.ndarray,
+    order: np.ndarray,
+    lane_deg: np.ndarray,
+    lane_inter: np.ndarray,
+    lane_speed: np.ndarray,
+    overhead: np.ndarray,
+    load0: np.ndarray,
+    p: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Longest-processing-time dealing onto lanes (CP groups held for the whole batch).
 
     Units are visited in `order` (longest first) and each goes to the lane where it would finish
@@ -119,26 +131,36 @@ def deal_lpt(att, lin, comm, dmin, order, lane_deg, lane_inter, lane_speed, over
 
 
 @nb.njit(cache=True)
-def unit_lane_time(att, lin, comm, overhead, u, d, inter, speed, q) -> float:
+def unit_lane_time(
+    att: np.ndarray,
+    lin: np.ndarray,
+    comm: np.ndarray,
+    overhead: np.ndarray,
+    u: int,
+    d: int,
+    inter: bool,
+    speed: float,
+    q: np.ndarray,
+) -> float:
     """A unit's time in a lane with β1 replaced by its share `overhead[u] / d` (q[0] is 0)."""
     return group_time(att[u], lin[u], comm[u], d, inter, speed, q) + overhead[u] / d / speed
 
 
 @nb.njit(cache=True)
 def refine_moves(
-    att,
-    lin,
-    comm,
-    dmin,
-    overhead,
-    lane_of,
-    load,
-    lane_deg,
-    lane_inter,
-    lane_speed,
+    att: np.ndarray,
+    lin: np.ndarray,
+    comm: np.ndarray,
+    dmin: np.ndarray,
+    overhead: np.ndarray,
+    lane_of: np.ndarray,
+    load: np.ndarray,
+    lane_deg: np.ndarray,
+    lane_inter: np.ndarray,
+    lane_speed: np.ndarray,
     max_iter: int,
-    p,
-):
+    p: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Move units off the most loaded lane while that lowers the maximum load.
 
     Each iteration takes the lane that finishes last and applies the single move of one of its
@@ -188,7 +210,14 @@ def refine_moves(
 
 
 @nb.njit(cache=True)
-def pack_lanes(lens, lane_of, lane_deg, order, cap: int, nlanes: int):
+def pack_lanes(
+    lens: np.ndarray,
+    lane_of: np.ndarray,
+    lane_deg: np.ndarray,
+    order: np.ndarray,
+    cap: int,
+    nlanes: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pack each lane's units into micro-batches (BFD at the lane's degree).
 
     Units are bucketed by lane keeping `order` (longest first), then each lane best-fits its
@@ -243,8 +272,19 @@ def pack_lanes(lens, lane_of, lane_deg, order, cap: int, nlanes: int):
 
 @nb.njit(cache=True)
 def lanes_for_target(
-    att, lin, comm, dmin, overhead, order, target, n: int, rpn: int, allowed, p, credit: float
-):
+    att: np.ndarray,
+    lin: np.ndarray,
+    comm: np.ndarray,
+    dmin: np.ndarray,
+    overhead: np.ndarray,
+    order: np.ndarray,
+    target: float,
+    n: int,
+    rpn: int,
+    allowed: np.ndarray,
+    p: np.ndarray,
+    credit: float,
+) -> tuple[np.ndarray, int]:
     """Dual approximation: the lanes needed so that every unit finishes within `target`.
 
     A unit needs the smallest allowed degree d >= dmin with T(u, d) <= target. Units that need
@@ -319,8 +359,19 @@ def lanes_for_target(
 
 @nb.njit(cache=True)
 def smallest_lane_target(
-    att, lin, comm, dmin, overhead, order, lower: float, n: int, rpn: int, allowed, p, credit: float
-):
+    att: np.ndarray,
+    lin: np.ndarray,
+    comm: np.ndarray,
+    dmin: np.ndarray,
+    overhead: np.ndarray,
+    order: np.ndarray,
+    lower: float,
+    n: int,
+    rpn: int,
+    allowed: np.ndarray,
+    p: np.ndarray,
+    credit: float,
+) -> tuple[np.ndarray, float]:
     """Bisect the smallest target makespan whose lanes (`lanes_for_target`) fit N replicas.
 
     The target grows from the lower bound by 5%, 15%, then ×1.5 until feasible, then is

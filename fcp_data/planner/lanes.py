@@ -167,7 +167,7 @@ def _pow2_mask(prob: Problem) -> np.ndarray:
 
 def _smallest_target(
     prob: Problem, lower: float, credit: float, units: np.ndarray, allowed: np.ndarray
-):
+) -> tuple[np.ndarray, float] | None:
     """Smallest target makespan whose lanes fit N replicas: (wide degrees, target) or None."""
     wide, target = smallest_lane_target(
         prob.att,

@@ -15,7 +15,15 @@ __all__ = ["compact_windows", "list_schedule"]
 
 @nb.njit(cache=True)
 def _window_finish(
-    free, speed, s0: int, d: int, att: float, lin: float, comm: float, inter: bool, p
+    free: np.ndarray,
+    speed: np.ndarray,
+    s0: int,
+    d: int,
+    att: float,
+    lin: float,
+    comm: float,
+    inter: bool,
+    p: np.ndarray,
 ) -> float:
     """When a unit would finish on replicas [s0, s0 + d): start when all are free, run at the
     slowest member's speed."""
@@ -28,7 +36,19 @@ def _window_finish(
 
 
 @nb.njit(cache=True)
-def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed, extra: int, p):
+def list_schedule(
+    att: np.ndarray,
+    lin: np.ndarray,
+    comm: np.ndarray,
+    dmin: np.ndarray,
+    order: np.ndarray,
+    n: int,
+    rpn: int,
+    allowed: np.ndarray,
+    speed: np.ndarray,
+    extra: int,
+    p: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Moldable list scheduling: each unit (longest first) picks the degree and node-aligned
     window of replicas on which it finishes first, starting when the whole window is free.
 
@@ -87,7 +107,9 @@ def list_schedule(att, lin, comm, dmin, order, n: int, rpn: int, allowed, speed,
 
 
 @nb.njit(cache=True)
-def compact_windows(lens, order, w_start, w_deg, n: int, cap: int):
+def compact_windows(
+    lens: np.ndarray, order: np.ndarray, w_start: np.ndarray, w_deg: np.ndarray, n: int, cap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merge consecutive units on the same window into one micro-batch when memory allows.
 
     Units are visited in scheduling order; a unit joins the previous group when that group is

@@ -29,7 +29,16 @@ def atomic_groups(prob: Problem, units: np.ndarray | None = None) -> tuple[np.nd
 
 
 @nb.njit(cache=True)
-def _window_time(att, lin, comm, s, d, rpn, speed, p):
+def _window_time(
+    att: float,
+    lin: float,
+    comm: float,
+    s: int,
+    d: int,
+    rpn: int,
+    speed: np.ndarray,
+    p: np.ndarray,
+) -> float:
     sp = INF
     for r in range(s, s + d):
         sp = min(sp, speed[r])
@@ -37,7 +46,18 @@ def _window_time(att, lin, comm, s, d, rpn, speed, p):
 
 
 @nb.njit(cache=True)
-def _paper_waves(att, lin, comm, gd, n, rpn, allowed, speed, p, nwaves):
+def _paper_waves(
+    att: np.ndarray,
+    lin: np.ndarray,
+    comm: np.ndarray,
+    gd: np.ndarray,
+    n: int,
+    rpn: int,
+    allowed: np.ndarray,
+    speed: np.ndarray,
+    p: np.ndarray,
+    nwaves: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Deal atomic groups to `nwaves` waves, DP each wave, place, chain. Returns (group order,
     starts, degrees, makespan); makespan INF when infeasible."""
     k = att.shape[0]

@@ -17,7 +17,7 @@ __all__ = ["place_degrees"]
 
 
 @nb.njit(cache=True)
-def _run_in(free, lo: int, hi: int, d: int, step: int) -> int:
+def _run_in(free: np.ndarray, lo: int, hi: int, d: int, step: int) -> int:
     """First start s in [lo, hi - d] (stepping by `step`) whose window [s, s + d) is all free."""
     s = lo
     while s + d <= hi:
@@ -33,7 +33,9 @@ def _run_in(free, lo: int, hi: int, d: int, step: int) -> int:
 
 
 @nb.njit(cache=True)
-def _place(degs, order, n: int, rpn: int, node_order):
+def _place(
+    degs: np.ndarray, order: np.ndarray, n: int, rpn: int, node_order: np.ndarray
+) -> np.ndarray:
     free = np.ones(n, dtype=np.bool_)
     starts = np.full(degs.size, -1, np.int64)
     nodes = (n + rpn - 1) // rpn

@@ -13,6 +13,7 @@ A fitted profile (`fcp profile`) replaces all of this with measurements.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .cost import CostModel
 
@@ -255,7 +256,7 @@ DEVICES: dict[str, DeviceSpec] = {
 }
 
 
-def _lookup(table: dict, name: str, what: str):
+def _lookup(table: dict[str, Any], name: str, what: str) -> Any:
     key = name.lower()
     if key not in table:
         raise ValueError(f"unknown {what} {name!r}; known: {sorted(table)}")

@@ -168,7 +168,14 @@ class Problem:
             speed=float(self.speed[replicas].min()),
         )
 
-    def window_times(self, att, lin, comm, starts, degs) -> np.ndarray:
+    def window_times(
+        self,
+        att: np.ndarray,
+        lin: np.ndarray,
+        comm: np.ndarray,
+        starts: np.ndarray,
+        degs: np.ndarray,
+    ) -> np.ndarray:
         d = degs.astype(np.float64)
         inter = (starts // self.rpn) != ((starts + degs - 1) // self.rpn)
         if self.cluster.heterogeneous:

@@ -51,7 +51,7 @@ def lower_bound_of(
     return lower_bound(prob, np.flatnonzero(keep))
 
 
-def _causal_array(causal, n: int) -> np.ndarray:
+def _causal_array(causal: bool | Sequence[bool] | np.ndarray, n: int) -> np.ndarray:
     c = np.asarray(causal)
     return np.full(n, bool(c)) if c.ndim == 0 else c.astype(bool)
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 import io
 import os
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -89,7 +91,7 @@ def make_shards(out_dir: str | os.PathLike[str], *, text: int = 0, video: int = 
     rng = np.random.default_rng(seed)
     paths: list[Path] = []
 
-    def shards(prefix: str, count: int):  # yields (writer, index) per sample
+    def shards(prefix: str, count: int) -> Iterator[tuple[Any, int]]:  # (writer, index) per sample
         for start in range(0, count, samples_per_shard):
             path = out / f"{prefix}-{start // samples_per_shard:06d}.tar"
             paths.append(path)
