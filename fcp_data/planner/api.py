@@ -42,8 +42,9 @@ ON_TOO_LONG = ("raise", "drop")
 
 
 def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule]:
-    """Sequences that need more than N/2 (or N/4) replicas first, when everyone is free, placed
-    by moldable list scheduling; the rest in lanes that start as replicas leave the prologue.
+    """Sequences that need more than N/2 (or N/4, or a node of) replicas first, when everyone is
+    free, placed by moldable list scheduling; the rest in lanes that start as replicas leave
+    the prologue.
 
     A group that spans most of the cluster cannot share it with lanes; run later it would wait
     for the slowest lane. Running such groups first costs no waiting at all. The prologue is
@@ -52,8 +53,8 @@ def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Sche
     """
     out: list[Schedule] = []
     seen: set[int] = set()
-    for frac in (2, 4):
-        wide = prob.dmin[units] > prob.n // frac
+    for label, width in (("N/2", prob.n // 2), ("N/4", prob.n // 4), ("node", prob.rpn)):
+        wide = prob.dmin[units] > width
         count = int(wide.sum())
         if count == 0 or count == units.size or count in seen:
             continue
@@ -61,7 +62,7 @@ def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Sche
         for extra in (0, 8):
             pro = moldable_schedule(prob, units[wide], extra=extra)
             if pro is not None:
-                pro.name = f"prologue(d>N/{frac},+{extra})"
+                pro.name = f"prologue(d>{label},+{extra})"
                 out += lane_candidates(
                     prob, lower, units[~wide], prologue=pro, credits=(0.8,), keep=1
                 )

@@ -78,7 +78,8 @@ def _paper_waves(
         load[best] += work[g]
         room[best] -= gd[g]
     free = np.zeros(n)
-    node_order = np.arange((n + rpn - 1) // rpn)
+    seg_lo = np.arange(0, n, rpn)
+    seg_hi = np.minimum(seg_lo + rpn, n)
     out_g = np.empty(k, np.int64)
     out_s = np.empty(k, np.int64)
     out_d = np.empty(k, np.int64)
@@ -90,7 +91,7 @@ def _paper_waves(
         deg, span = dp_degrees(att[idx], lin[idx], comm[idx], gd[idx], n, rpn, allowed, p)
         if span >= INF:
             return order, np.zeros(0, np.int64), np.zeros(0, np.int64), INF
-        st = _place(deg, np.argsort(-deg, kind="mergesort"), n, rpn, node_order)
+        st = _place(deg, np.argsort(-deg, kind="mergesort"), n, rpn, seg_lo, seg_hi)
         times = np.empty(idx.size)
         for j in range(idx.size):
             g = idx[j]

@@ -34,14 +34,19 @@ def _run_in(free: np.ndarray, lo: int, hi: int, d: int, step: int) -> int:
 
 @nb.njit(cache=True)
 def _place(
-    degs: np.ndarray, order: np.ndarray, n: int, rpn: int, node_order: np.ndarray
+    degs: np.ndarray, order: np.ndarray, n: int, rpn: int, seg_lo: np.ndarray, seg_hi: np.ndarray
 ) -> np.ndarray:
+    """Place degrees (visited in `order`) best-fit into segments [seg_lo, seg_hi), which are
+    nodes or parts of nodes, in order of preference; groups wider than a node go on whole
+    free nodes; a dense left-to-right layout when fragmentation leaves no room."""
     free = np.ones(n, dtype=np.bool_)
     starts = np.full(degs.size, -1, np.int64)
-    nodes = (n + rpn - 1) // rpn
-    rooms = np.empty(nodes, np.int64)
-    for nd in range(nodes):
-        rooms[nd] = min(n, (nd + 1) * rpn) - nd * rpn
+    nseg = seg_lo.size
+    seg_of = np.empty(n, np.int64)
+    rooms = seg_hi - seg_lo
+    for g in range(nseg):
+        for r in range(seg_lo[g], seg_hi[g]):
+            seg_of[r] = g
     for t in range(order.size):
         i = order[t]
         d = degs[i]
@@ -49,14 +54,11 @@ def _place(
         if d > rpn:
             s = _run_in(free, 0, n, d, rpn)
         else:
-            best_room = rpn + 1
-            for t2 in range(nodes):
-                nd = node_order[t2]
-                lo = nd * rpn
-                hi = min(n, lo + rpn)
-                room = rooms[nd]
+            best_room = n + 1
+            for g in range(nseg):
+                room = rooms[g]
                 if d <= room < best_room:
-                    cand = _run_in(free, lo, hi, d, 1)
+                    cand = _run_in(free, seg_lo[g], seg_hi[g], d, 1)
                     if cand >= 0:
                         s = cand
                         best_room = room
@@ -70,9 +72,36 @@ def _place(
             return starts
         for r in range(s, s + d):
             free[r] = False
-            rooms[r // rpn] -= 1
+            rooms[seg_of[r]] -= 1
         starts[i] = s
     return starts
+
+
+def node_segments(n: int, rpn: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every node as one segment, in replica order."""
+    lo = np.arange(0, n, rpn, dtype=np.int64)
+    return lo, np.minimum(lo + rpn, n)
+
+
+def _ready_segments(n: int, rpn: int, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes split where the time replicas become free jumps (by > 2% of the latest), earliest
+    first: a lane inside one segment starts when all its replicas are free, so it must not
+    straddle a replica still busy in the prologue."""
+    lo_l: list[int] = []
+    hi_l: list[int] = []
+    ready: list[float] = []
+    tol = 0.02 * float(free.max())
+    for base in range(0, n, rpn):
+        top = min(n, base + rpn)
+        start = base
+        for r in range(base + 1, top + 1):
+            if r == top or abs(free[r] - free[r - 1]) > tol:
+                lo_l.append(start)
+                hi_l.append(r)
+                ready.append(float(free[start:r].max()))
+                start = r
+    order = np.lexsort((np.asarray(lo_l), np.asarray(ready)))
+    return np.asarray(lo_l, np.int64)[order], np.asarray(hi_l, np.int64)[order]
 
 
 def place_degrees(
@@ -80,17 +109,16 @@ def place_degrees(
 ) -> np.ndarray:
     """Start replica of each degree's window (same order as `degrees`); windows are disjoint.
 
-    `free` (when each replica becomes available, e.g. after a prologue) makes nodes that free
-    up first win ties, so the widest groups, placed first, start earliest.
+    `free` (when each replica becomes available, e.g. after a prologue) splits nodes where
+    that time jumps and prefers the parts that free up first, so the widest groups, placed
+    first, start earliest and no group waits for one busy member.
     """
     degs = np.asarray(degrees, dtype=np.int64)
     if degs.sum() > n:
         raise ValueError(f"degrees sum to {int(degs.sum())} > {n} replicas")
     order = np.lexsort((np.arange(degs.size), -degs)).astype(np.int64)
-    nodes = -(-n // rpn)
     if free is None or not np.any(free):
-        node_order = np.arange(nodes, dtype=np.int64)
+        seg_lo, seg_hi = node_segments(n, rpn)
     else:
-        ready = np.array([free[k * rpn : (k + 1) * rpn].mean() for k in range(nodes)])
-        node_order = np.lexsort((np.arange(nodes), ready)).astype(np.int64)
-    return _place(degs, order, int(n), int(rpn), node_order)
+        seg_lo, seg_hi = _ready_segments(n, rpn, free)
+    return _place(degs, order, int(n), int(rpn), seg_lo, seg_hi)
