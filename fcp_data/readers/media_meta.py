@@ -14,7 +14,13 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["VideoMeta", "image_size", "parse_sidecar", "video_meta_from_fields"]
+__all__ = [
+    "VideoMeta",
+    "decode_json_object",
+    "image_size",
+    "parse_sidecar",
+    "video_meta_from_fields",
+]
 
 DURATION_TOLERANCE = 0.10  # |duration - num_frames/fps| / duration allowed in a sidecar
 
@@ -69,14 +75,21 @@ def video_meta_from_fields(fields: dict[str, Any], source: str = "sidecar") -> V
                      duration=duration, source=source)
 
 
+def decode_json_object(data: bytes, what: str) -> dict[str, Any]:
+    """A JSON object from `data`; ValueError naming `what` when it is not valid JSON or not an
+    object (a list or a number where a sample's fields belong)."""
+    try:
+        obj = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON ({exc})") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
 def parse_sidecar(data: bytes) -> tuple[VideoMeta, str | None]:
     """(metadata, caption or None) from sidecar JSON bytes."""
-    try:
-        fields = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"sidecar is not valid JSON ({exc})") from exc
-    if not isinstance(fields, dict):
-        raise ValueError(f"sidecar must be a JSON object, got {type(fields).__name__}")
+    fields = decode_json_object(data, "sidecar")
     caption = fields.get("caption")
     return video_meta_from_fields(fields), caption if isinstance(caption, str) else None
 

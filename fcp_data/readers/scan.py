@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 
 from .errors import ErrorPolicy, FailureLog
-from .media_meta import VideoMeta, image_size, video_meta_from_fields
+from .media_meta import VideoMeta, decode_json_object, image_size, video_meta_from_fields
 from .probe import BACKENDS, Prober, ProbeTimeout
 from .rules import get_rule
 from .rules_base import VisionTokenRule
@@ -148,13 +148,7 @@ class Scanner:
             raise ValueError(f"{what} is not UTF-8 ({exc}); re-encode it") from exc
 
     def _json(self, data: bytes) -> dict[str, Any]:
-        try:
-            obj = msgspec.json.decode(data)
-        except msgspec.DecodeError as exc:
-            raise ValueError(f".json is not valid JSON ({exc})") from exc
-        if not isinstance(obj, dict):
-            raise ValueError(f".json must be an object, got {type(obj).__name__}")
-        return obj
+        return decode_json_object(data, ".json")
 
     def _sidecar(self, data: bytes) -> dict[str, Any]:
         try:
