@@ -64,9 +64,13 @@ def _pack(seqs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     lens = [len(s) for s in seqs]
     tokens = torch.cat(seqs)
     labels = torch.cat([torch.cat([s[1:], torch.tensor([-100])]) for s in seqs])
-    return {"tokens": tokens, "labels": labels, "loss_mask": (labels != -100).float(),
-            "position_ids": torch.cat([torch.arange(n) for n in lens]),
-            "cu_seqlens": torch.cumsum(torch.tensor([0, *lens]), 0).to(torch.int32)}
+    return {
+        "tokens": tokens,
+        "labels": labels,
+        "loss_mask": (labels != -100).float(),
+        "position_ids": torch.cat([torch.arange(n) for n in lens]),
+        "cu_seqlens": torch.cumsum(torch.tensor([0, *lens]), 0).to(torch.int32),
+    }
 
 
 def _timed(sizes: Any) -> tuple[int, tuple[float, float]]:
@@ -82,14 +86,17 @@ def _timed(sizes: Any) -> tuple[int, tuple[float, float]]:
     return total, (t1 - t0, t1 - (first or t0))
 
 
-def run_plain(urls: list[str], gbs: int, workers: int,
-              repeat: int) -> tuple[int, float, float]:
+def run_plain(urls: list[str], gbs: int, workers: int, repeat: int) -> tuple[int, float, float]:
     import webdataset as wds
 
-    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-          .map(_PlainMap(eod=0)).batched(gbs, collation_fn=_pack, partial=True))
-    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
-                                     prefetch_factor=2 if workers else None)
+    ds = (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .map(_PlainMap(eod=0))
+        .batched(gbs, collation_fn=_pack, partial=True)
+    )
+    dl = torch.utils.data.DataLoader(
+        ds, batch_size=None, num_workers=workers, prefetch_factor=2 if workers else None
+    )
     for _ in zip(range(2), dl):  # warm-up: page cache, imports
         pass
     times, steady, tokens = [], [], 0
@@ -100,8 +107,7 @@ def run_plain(urls: list[str], gbs: int, workers: int,
     return tokens, float(np.median(times)), float(np.median(steady))
 
 
-def run_plain_dp(urls: list[str], n: int, gbs: int, workers: int,
-                 repeat: int) -> dict[str, float]:
+def run_plain_dp(urls: list[str], n: int, gbs: int, workers: int, repeat: int) -> dict[str, float]:
     """Plain data parallelism on n replicas: replica r reads shards r, r+n, ... (split_by_node)
     with a per-replica batch of gbs / n; the job waits for the slowest replica."""
     times, steady, total = [], [], 0
@@ -110,21 +116,32 @@ def run_plain_dp(urls: list[str], n: int, gbs: int, workers: int,
         total += tokens
         times.append(wall)
         steady.append(st)
-    return {"replicas": n, "tokens": total, "slowest_s": max(times),
-            "tokens_per_s": total / max(times), "steady_tokens_per_s": total / max(steady)}
+    return {
+        "replicas": n,
+        "tokens": total,
+        "slowest_s": max(times),
+        "tokens_per_s": total / max(times),
+        "steady_tokens_per_s": total / max(steady),
+    }
 
 
-def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any,
-            repeat: int) -> dict[str, float]:
+def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any, repeat: int) -> dict[str, float]:
     from fcp_data.loader import FCPDataLoader, LoaderOptions
     from fcp_data.planner import Cluster
 
     cap = int(index.seqlens.max()) // n + 2 * n + 64
     times, steady, real_tokens, plan_s, load_s, batches = [], [], 0, 0.0, 0.0, 0
     for r in range(n):
-        ld = FCPDataLoader(index, cluster=Cluster(n, tokens_per_replica=cap), cost=cost,
-                           replica=r, global_batch_size=gbs, num_workers=workers,
-                           tokenizer=ByteTokenizer(), options=LoaderOptions(shuffle=False))
+        ld = FCPDataLoader(
+            index,
+            cluster=Cluster(n, tokens_per_replica=cap),
+            cost=cost,
+            replica=r,
+            global_batch_size=gbs,
+            num_workers=workers,
+            tokenizer=ByteTokenizer(),
+            options=LoaderOptions(shuffle=False),
+        )
         for _ in zip(range(2), ld):  # warm-up epoch start (planner kernels, page cache)
             pass
         ld.metrics_history.clear()
@@ -140,11 +157,17 @@ def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any,
         plan_s += sum(m.planning_s for m in ld.metrics_history)
         load_s += sum(m.load_s for m in ld.metrics_history)
         batches = len(ld.metrics_history) // repeat
-    return {"replicas": n, "tokens": real_tokens, "slowest_s": max(times),
-            "sum_s": sum(times), "tokens_per_s": real_tokens / max(times),
-            "steady_slowest_s": max(steady), "steady_tokens_per_s": real_tokens / max(steady),
-            "planning_share": plan_s / max(plan_s + load_s, 1e-12),
-            "planning_ms_per_batch": 1e3 * plan_s / max(n * batches * repeat, 1)}
+    return {
+        "replicas": n,
+        "tokens": real_tokens,
+        "slowest_s": max(times),
+        "sum_s": sum(times),
+        "tokens_per_s": real_tokens / max(times),
+        "steady_slowest_s": max(steady),
+        "steady_tokens_per_s": real_tokens / max(steady),
+        "planning_share": plan_s / max(plan_s + load_s, 1e-12),
+        "planning_ms_per_batch": 1e3 * plan_s / max(n * batches * repeat, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -154,8 +177,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3, help="epochs timed; the median is kept")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
-                                         "loader_throughput.json"))
+    ap.add_argument(
+        "--out", default=str(Path(__file__).parent / "results" / "loader_throughput.json")
+    )
     args = ap.parse_args(argv)
 
     from rich.console import Console
@@ -167,46 +191,83 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     console = Console(width=120)
     with tempfile.TemporaryDirectory() as tmp:
-        paths = make_shards(Path(tmp) / "shards", text=args.samples, seed=0,
-                            samples_per_shard=64)
+        paths = make_shards(Path(tmp) / "shards", text=args.samples, seed=0, samples_per_shard=64)
         urls = [str(p) for p in paths]
         counter = CallableCounter(ByteTokenizer(), spec=ByteTokenizer.spec)
         index = build_index(urls, Path(tmp) / "index", counter=counter)
         cost = CostModel.from_model("qwen3-1.7b", "cpu")
-        plain_tokens, plain_s, plain_steady = run_plain(urls, args.global_batch, args.workers,
-                                                        args.repeat)
+        plain_tokens, plain_s, plain_steady = run_plain(
+            urls, args.global_batch, args.workers, args.repeat
+        )
         dp = run_plain_dp(urls, args.replicas, args.global_batch, args.workers, args.repeat)
-        rows = [run_fcp(index, n, args.global_batch, args.workers, cost, args.repeat)
-                for n in (1, args.replicas)]
+        rows = [
+            run_fcp(index, n, args.global_batch, args.workers, cost, args.repeat)
+            for n in (1, args.replicas)
+        ]
     plain_tps, plain_steady_tps = plain_tokens / plain_s, plain_tokens / plain_steady
     result = {
-        "samples": args.samples, "global_batch": args.global_batch, "workers": args.workers,
-        "repeat": args.repeat, "command": "python bench/loader_throughput.py " + " ".join(
-            argv if argv is not None else __import__("sys").argv[1:]),
+        "samples": args.samples,
+        "global_batch": args.global_batch,
+        "workers": args.workers,
+        "repeat": args.repeat,
+        "command": "python bench/loader_throughput.py "
+        + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
         "tokens": plain_tokens,
-        "plain": {"seconds": plain_s, "tokens_per_s": plain_tps,
-                  "steady_seconds": plain_steady, "steady_tokens_per_s": plain_steady_tps},
+        "plain": {
+            "seconds": plain_s,
+            "tokens_per_s": plain_tps,
+            "steady_seconds": plain_steady,
+            "steady_tokens_per_s": plain_steady_tps,
+        },
         "plain_dp": dp,
-        "fcp": [{**r, "ratio_to_plain": r["tokens_per_s"] / base["tokens_per_s"],
-                 "steady_ratio_to_plain": r["steady_tokens_per_s"] / base["steady_tokens_per_s"]}
-                for r, base in zip(rows, (
-                    {"tokens_per_s": plain_tps, "steady_tokens_per_s": plain_steady_tps}, dp))],
+        "fcp": [
+            {
+                **r,
+                "ratio_to_plain": r["tokens_per_s"] / base["tokens_per_s"],
+                "steady_ratio_to_plain": r["steady_tokens_per_s"] / base["steady_tokens_per_s"],
+            }
+            for r, base in zip(
+                rows, ({"tokens_per_s": plain_tps, "steady_tokens_per_s": plain_steady_tps}, dp)
+            )
+        ],
     }
-    table = Table(title=f"loader throughput: {args.samples} stdlib-text samples, "
-                        f"{plain_tokens:,} tokens, global batch {args.global_batch}, "
-                        f"{args.workers} workers")
-    for col in ("pipeline", "epoch s", "tokens/s", "x plain", "steady x plain", "planning",
-                "plan ms/batch"):
+    table = Table(
+        title=f"loader throughput: {args.samples} stdlib-text samples, "
+        f"{plain_tokens:,} tokens, global batch {args.global_batch}, "
+        f"{args.workers} workers"
+    )
+    for col in (
+        "pipeline",
+        "epoch s",
+        "tokens/s",
+        "x plain",
+        "steady x plain",
+        "planning",
+        "plan ms/batch",
+    ):
         table.add_column(col, justify="right" if col != "pipeline" else "left")
-    table.add_row("plain, 1 replica", f"{plain_s:.2f}", f"{plain_tps:,.0f}", "1.00", "1.00",
-                  "-", "-")
-    table.add_row(f"plain DP, {dp['replicas']} replicas", f"{dp['slowest_s']:.2f}",
-                  f"{dp['tokens_per_s']:,.0f}", "1.00", "1.00", "-", "-")
+    table.add_row(
+        "plain, 1 replica", f"{plain_s:.2f}", f"{plain_tps:,.0f}", "1.00", "1.00", "-", "-"
+    )
+    table.add_row(
+        f"plain DP, {dp['replicas']} replicas",
+        f"{dp['slowest_s']:.2f}",
+        f"{dp['tokens_per_s']:,.0f}",
+        "1.00",
+        "1.00",
+        "-",
+        "-",
+    )
     for r in result["fcp"]:
-        table.add_row(f"FCP, {r['replicas']} replica(s)", f"{r['slowest_s']:.2f}",
-                      f"{r['tokens_per_s']:,.0f}", f"{r['ratio_to_plain']:.2f}",
-                      f"{r['steady_ratio_to_plain']:.2f}", f"{100 * r['planning_share']:.1f}%",
-                      f"{r['planning_ms_per_batch']:.1f}")
+        table.add_row(
+            f"FCP, {r['replicas']} replica(s)",
+            f"{r['slowest_s']:.2f}",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['ratio_to_plain']:.2f}",
+            f"{r['steady_ratio_to_plain']:.2f}",
+            f"{100 * r['planning_share']:.1f}%",
+            f"{r['planning_ms_per_batch']:.1f}",
+        )
     console.print(table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

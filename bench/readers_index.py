@@ -72,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
-        paths = make_shards(root / "s", text=args.text, video=args.video, seed=0,
-                            samples_per_shard=256)
+        paths = make_shards(
+            root / "s", text=args.text, video=args.video, seed=0, samples_per_shard=256
+        )
         results["make_shards_s"] = time.perf_counter() - t0
         text_paths = [p for p in paths if p.name.startswith("text")]
         video_paths = [p for p in paths if p.name.startswith("video")]
@@ -81,14 +82,17 @@ def main(argv: list[str] | None = None) -> int:
         mb = nbytes / 1e6
 
         t_tar = _best(lambda: _plain_tar_read(text_paths))
-        t_wds = _best(lambda: sum(1 for _ in wds.WebDataset([str(p) for p in text_paths],
-                                                            shardshuffle=False)))
+        t_wds = _best(
+            lambda: sum(1 for _ in wds.WebDataset([str(p) for p in text_paths], shardshuffle=False))
+        )
         t_idx = _best(lambda: build_index([str(p) for p in text_paths], root / "ti"))
-        t_idx2 = _best(lambda: build_index([str(p) for p in text_paths], root / "ti",
-                                           workers=2), 1)
-        for name, t in (("plain tarfile read", t_tar), ("webdataset iteration", t_wds),
-                        ("fcp index build (1 proc)", t_idx),
-                        ("fcp index build (2 procs, incl. spawn)", t_idx2)):
+        t_idx2 = _best(lambda: build_index([str(p) for p in text_paths], root / "ti", workers=2), 1)
+        for name, t in (
+            ("plain tarfile read", t_tar),
+            ("webdataset iteration", t_wds),
+            ("fcp index build (1 proc)", t_idx),
+            ("fcp index build (2 procs, incl. spawn)", t_idx2),
+        ):
             rows.append((f"text: {name}", args.text / t, f"{mb / t:.0f} MB/s"))
             slug = "_".join(name.replace("(", "").replace(")", "").replace(",", "").split()[:4])
             results[f"text_{slug}_samples_per_s"] = args.text / t
@@ -113,10 +117,20 @@ def main(argv: list[str] | None = None) -> int:
             with Prober(backend, timeout_s=30) as prober:  # type: ignore[arg-type]
                 prober.probe(vids[0])  # start the child outside the timing
                 t_child = _best(lambda p=prober: [p.probe(v) for v in vids], 1) / len(vids)
-            rows.append((f"video meta: {backend} probe (in-process)", 1 / t_in,
-                         f"{t_in * 1e3:.2f} ms/video"))
-            rows.append((f"video meta: {backend} probe (child, timeout)", 1 / t_child,
-                         f"{t_child * 1e3:.2f} ms/video"))
+            rows.append(
+                (
+                    f"video meta: {backend} probe (in-process)",
+                    1 / t_in,
+                    f"{t_in * 1e3:.2f} ms/video",
+                )
+            )
+            rows.append(
+                (
+                    f"video meta: {backend} probe (child, timeout)",
+                    1 / t_child,
+                    f"{t_child * 1e3:.2f} ms/video",
+                )
+            )
             results[f"video_{backend}_probe_per_s"] = 1 / t_in
             results[f"video_{backend}_probe_child_per_s"] = 1 / t_child
 
@@ -126,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         picks = [rng.randrange(len(index)) for _ in range(args.reads)]
         t_read = _best(lambda: [index.read(i) for i in picks]) / len(picks)
         scan_picks = picks[: max(20, args.reads // 10)]
-        t_scan = _best(lambda: [_scan_to(index.shard_url(i), str(index.keys[i]))
-                                for i in scan_picks], 1) / len(scan_picks)
+        t_scan = _best(
+            lambda: [_scan_to(index.shard_url(i), str(index.keys[i])) for i in scan_picks], 1
+        ) / len(scan_picks)
         rows.append(("random read: index.read", 1 / t_read, f"{t_read * 1e6:.0f} µs/read"))
         rows.append(("random read: scan shard to key", 1 / t_scan, f"{t_scan * 1e6:.0f} µs/read"))
         results["random_read_index_us"] = t_read * 1e6
@@ -139,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(name, f"{rate:,.0f}", detail)
     console = Console()
     console.print(table)
-    console.print(f"{args.text} text samples ({results['text_mb']:.1f} MB), {args.video} videos;"
-                  f" make_shards took {results['make_shards_s']:.1f} s")
+    console.print(
+        f"{args.text} text samples ({results['text_mb']:.1f} MB), {args.video} videos;"
+        f" make_shards took {results['make_shards_s']:.1f} s"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

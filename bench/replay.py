@@ -132,8 +132,9 @@ def _execute(plans: list[bytes], world: int, timeout_s: float) -> list[list[dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--replicas", type=int, default=2, help="processes, one replica each (2)")
     p.add_argument("--tokens-per-replica", type=int, default=1024)
     p.add_argument("--batches", type=int, default=3, help="global batches (default 3)")
@@ -141,8 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=2048, help="clip lengths here (2048)")
     p.add_argument("--strategies", nargs="+", default=["fcp", "static"])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cost", type=Path, help="profile JSON (default: the shipped cpu-small one); "
-                   "its shape must be cpu-small, the model replayed here")
+    p.add_argument(
+        "--cost",
+        type=Path,
+        help="profile JSON (default: the shipped cpu-small one); "
+        "its shape must be cpu-small, the model replayed here",
+    )
     p.add_argument("--repeats", type=int, default=3, help="runs per plan, median kept (3)")
     p.add_argument("--timeout", type=float, default=300.0)
     args = p.parse_args(argv)
@@ -175,8 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     table = Table(title=f"replay on {args.replicas} gloo processes ({os.cpu_count()} cores), "
                         f"{cost.name}")  # fmt: skip
-    for col in ("batch", "strategy", "tokens", "degrees", "predicted (s)", "measured (s)",
-                "error", "group error (mean |.|)"):
+    for col in (
+        "batch",
+        "strategy",
+        "tokens",
+        "degrees",
+        "predicted (s)",
+        "measured (s)",
+        "error",
+        "group error (mean |.|)",
+    ):
         table.add_column(col, justify="left" if col in ("strategy", "degrees") else "right")
     for i, case in enumerate(cases):
         reps = range(i * args.repeats, (i + 1) * args.repeats)
@@ -209,21 +222,27 @@ def main(argv: list[str] | None = None) -> int:
     con = Console(width=max(Console().width, 130))
     con.print(table)
     for s, t in totals.items():
-        con.print(f"{s}: predicted {t['predicted_s']:.3f} s, measured {t['measured_s']:.3f} s "
-                  f"(error {(t['measured_s'] - t['predicted_s']) / t['predicted_s']:+.0%})")
+        con.print(
+            f"{s}: predicted {t['predicted_s']:.3f} s, measured {t['measured_s']:.3f} s "
+            f"(error {(t['measured_s'] - t['predicted_s']) / t['predicted_s']:+.0%})"
+        )
     if "static" in totals:
         for s, t in totals.items():
             if s != "static":
-                con.print(f"{s} vs static: predicted speedup "
-                          f"{totals['static']['predicted_s'] / t['predicted_s']:.2f}x, measured "
-                          f"{totals['static']['measured_s'] / t['measured_s']:.2f}x")
+                con.print(
+                    f"{s} vs static: predicted speedup "
+                    f"{totals['static']['predicted_s'] / t['predicted_s']:.2f}x, measured "
+                    f"{totals['static']['measured_s'] / t['measured_s']:.2f}x"
+                )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"args": vars(args), "cost": cost.name, "cases": cases,
                                    "totals": totals, "wall_s": wall,
                                    "loadavg_before": load_before,
                                    "loadavg_after": os.getloadavg()}, indent=1))  # fmt: skip
-    con.print(f"wrote {RESULTS} ({wall:.0f} s; 1-min load average {load_before[0]:.1f} before, "
-              f"{os.getloadavg()[0]:.1f} after: other processes on these cores skew 'measured')")
+    con.print(
+        f"wrote {RESULTS} ({wall:.0f} s; 1-min load average {load_before[0]:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after: other processes on these cores skew 'measured')"
+    )
     return 0
 
 

@@ -93,7 +93,7 @@ def load_batch(args: argparse.Namespace) -> Batch:
             )
         return Batch(seqlens=lens, causal=causal, label=f"plan {args.plan}", saved=plan)
     if args.index is not None or args.shards:
-        from fcp_data.loader_sampler import GlobalBatchSampler
+        from fcp_data.loader.sampler import GlobalBatchSampler
 
         if args.index is not None:
             from fcp_data.readers import LengthIndex
@@ -101,17 +101,19 @@ def load_batch(args: argparse.Namespace) -> Batch:
             src = LengthIndex.open(args.index)
             label = f"index {args.index}"
         else:
-            from fcp_data.loader_source import open_source
+            from fcp_data.loader.source import open_source
 
             src = open_source(list(args.shards))
             label = f"{len(args.shards)} shard spec(s)"
         sampler = GlobalBatchSampler(
-            num_samples=len(src.seqlens), global_batch_size=min(args.batch, len(src.seqlens)),
+            num_samples=len(src.seqlens),
+            global_batch_size=min(args.batch, len(src.seqlens)),
             seed=args.seed,
         )
         ids = np.sort(sampler.batch(0, args.batch_index))
         return Batch(
-            seqlens=np.asarray(src.seqlens[ids], np.int64), causal=np.asarray(src.causal[ids]),
+            seqlens=np.asarray(src.seqlens[ids], np.int64),
+            causal=np.asarray(src.causal[ids]),
             label=f"{label}, global batch {args.batch_index}",
         )
     lens = lengths_from_args(args)
@@ -183,7 +185,8 @@ def _gantt(ax: Any, res: StrategyResult, bars: list[Bar], barriers: list[float],
         f"{res.lower_bound:.3g} s · utilisation {res.utilization:.0%} · "
         f"{len(res.plan.groups)} CP groups, {res.plan.num_waves} wave"
         f"{'s' if res.plan.num_waves > 1 else ''}",
-        loc="left", fontsize=10,
+        loc="left",
+        fontsize=10,
     )
     ax.set_xlim(0, xmax)
     ax.set_ylim(n - 0.5, -0.5)
@@ -207,8 +210,15 @@ def _degree_table(ax: Any, ok: list[StrategyResult], color: Callable[[int], Any]
             c = color(d)
             ax.add_patch(_rect((j - 0.47, i - 0.45), 0.94, 0.9, c))
             lum = 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]
-            ax.text(j, i, f"{groups[d]}\n{tokens[d] / total:.0%} tok", ha="center",
-                    va="center", fontsize=8, color="black" if lum > 0.5 else "white")
+            ax.text(
+                j,
+                i,
+                f"{groups[d]}\n{tokens[d] / total:.0%} tok",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="black" if lum > 0.5 else "white",
+            )
     ax.set_xlim(-0.5, len(ok) - 0.5)
     ax.set_ylim(len(degrees) - 0.5, -0.5)
     ax.set_xticks(range(len(ok)), [r.strategy.replace("-", "-\n", 1) for r in ok], fontsize=8)
@@ -319,13 +329,26 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_argument_group("other sources (override --lengths / --profile)")
     src.add_argument("--index", type=Path, help="length index directory (`fcp index`)")
     src.add_argument("--shards", nargs="+", help="shard specs, scanned in memory")
-    src.add_argument("--batch-index", type=int, default=0,
-                     help="which global batch of epoch 0 to draw from --index/--shards")
+    src.add_argument(
+        "--batch-index",
+        type=int,
+        default=0,
+        help="which global batch of epoch 0 to draw from --index/--shards",
+    )
     src.add_argument("--plan", type=Path, help="a Plan JSON (`fcp plan -o`); drawn first")
-    p.add_argument("-o", "--output", type=Path, default=Path("out/plan.png"),
-                   help="PNG to write (default out/plan.png)")
-    p.add_argument("--strategies", nargs="+", default=list(VIEW_STRATEGIES),
-                   help=f"strategies to draw (default {' '.join(VIEW_STRATEGIES)})")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("out/plan.png"),
+        help="PNG to write (default out/plan.png)",
+    )
+    p.add_argument(
+        "--strategies",
+        nargs="+",
+        default=list(VIEW_STRATEGIES),
+        help=f"strategies to draw (default {' '.join(VIEW_STRATEGIES)})",
+    )
     return p
 
 

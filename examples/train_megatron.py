@@ -169,7 +169,7 @@ def _loader(cfg: TrainConfig, rank: int, no_cp: bool) -> Any:
 
         src: Any = LengthIndex.open(cfg.index)
     else:
-        from fcp_data.loader_source import open_source
+        from fcp_data.loader.source import open_source
 
         src = open_source(cfg.shards, tokenizer=ChunkTokenizer())
     options = LoaderOptions(eod_id=EOD, special_token_id=SPECIAL, vision_token_id=VISION,
@@ -207,8 +207,13 @@ def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> 
         with cp_context(mb.plan, groups=cache, wave_rings=mb.wave_groups, verify=not records):
             if not mb.is_empty:
                 t0 = time.perf_counter()
-                out = model(mb.tokens[None], mb.position_ids[None], None,
-                            labels=mb.labels[None], packed_seq_params=mb.packed_seq_params())
+                out = model(
+                    mb.tokens[None],
+                    mb.position_ids[None],
+                    None,
+                    labels=mb.labels[None],
+                    packed_seq_params=mb.packed_seq_params(),
+                )
                 loss = (out[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
                 loss.backward()
                 busy += time.perf_counter() - t0
@@ -220,7 +225,7 @@ def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> 
         dist.all_reduce(flat)  # the DP x CP gradient all-reduce: sum of exact per-token shares
         offset = 0
         for p, g in zip(model.parameters(), grads):
-            p.grad = flat[offset:offset + g.numel()].view_as(p)
+            p.grad = flat[offset : offset + g.numel()].view_as(p)
             offset += g.numel()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -237,9 +242,12 @@ def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> 
             r = records[-1]
             mix = " ".join(f"⟨{d}⟩×{r['degrees'].count(d)}"
                            for d in sorted(set(r["degrees"]), reverse=True))  # fmt: skip
-            print(f"{'no-cp' if no_cp else 'fcp':>5} step {r['step']}: loss {r['loss']:.4f} | "
-                  f"{r['tokens']} tokens, {r['waves']} wave(s) {mix} | predicted "
-                  f"{r['predicted_s']:.3f} s, measured {r['measured_s']:.3f} s", flush=True)
+            print(
+                f"{'no-cp' if no_cp else 'fcp':>5} step {r['step']}: loss {r['loss']:.4f} | "
+                f"{r['tokens']} tokens, {r['waves']} wave(s) {mix} | predicted "
+                f"{r['predicted_s']:.3f} s, measured {r['measured_s']:.3f} s",
+                flush=True,
+            )
         loss_sum, busy, t_step = torch.zeros(()), 0.0, time.perf_counter()
         if len(records) == cfg.steps:
             break
@@ -265,8 +273,10 @@ def worker(cfg: TrainConfig, report: str | None) -> None:
     base = _train(cfg, rank, world, cache, no_cp=True) if cfg.no_cp else []
     if rank == 0 and base:
         for a, b in zip(steps, base):
-            print(f"step {a['step']}: loss fcp {a['loss']:.6f}, no-cp {b['loss']:.6f}, "
-                  f"|diff| {abs(a['loss'] - b['loss']):.2e}")
+            print(
+                f"step {a['step']}: loss fcp {a['loss']:.6f}, no-cp {b['loss']:.6f}, "
+                f"|diff| {abs(a['loss'] - b['loss']):.2e}"
+            )
     if rank == 0 and report:
         Path(report).write_text(json.dumps({"steps": steps, "no_cp_steps": base}))
     cache.clear()
@@ -324,8 +334,9 @@ def launch(cfg: TrainConfig, *, timeout_s: float = 600.0) -> TrainReport:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     defaults = TrainConfig()
     for name in TrainConfig.__slots__:  # type: ignore[attr-defined]
         v = getattr(defaults, name)
@@ -346,8 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = launch(cfg)
     losses = [r["loss"] for r in out.steps]
-    print(f"{len(losses)} steps on {cfg.replicas} processes in {out.wall_s:.1f} s: loss "
-          f"{losses[0]:.4f} -> {losses[-1]:.4f}")
+    print(
+        f"{len(losses)} steps on {cfg.replicas} processes in {out.wall_s:.1f} s: loss "
+        f"{losses[0]:.4f} -> {losses[-1]:.4f}"
+    )
     return 0
 
 

@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
+from fcp_data.errors import ExecError
+
 if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
     from fcp_data.planner.plan import RankPlan
 
 __all__ = ["PlanMismatchError", "verify_plan_digest"]
 
 
-class PlanMismatchError(RuntimeError):
+class PlanMismatchError(ExecError):
     """Ranks disagree on the plan; raised on every rank so that none of them hangs."""
 
 

@@ -157,11 +157,23 @@ class MicroBatch:
         z = torch.zeros(0, dtype=torch.int64)
         c = torch.zeros(1, dtype=torch.int32)
         return cls(
-            tokens=z, labels=z.clone(), loss_mask=torch.zeros(0, dtype=torch.float32),
-            position_ids=z.clone(), cu_seqlens=c, cu_seqlens_padded=c.clone(),
-            local_cu_seqlens=c.clone(), local_cu_seqlens_padded=c.clone(), max_seqlen=0,
-            local_max_seqlen=0, sample_ids=(), keys=(), causal=(), plan=plan,
-            global_num_loss_tokens=global_num_loss_tokens, wave_groups=wave_groups, epoch=epoch,
+            tokens=z,
+            labels=z.clone(),
+            loss_mask=torch.zeros(0, dtype=torch.float32),
+            position_ids=z.clone(),
+            cu_seqlens=c,
+            cu_seqlens_padded=c.clone(),
+            local_cu_seqlens=c.clone(),
+            local_cu_seqlens_padded=c.clone(),
+            max_seqlen=0,
+            local_max_seqlen=0,
+            sample_ids=(),
+            keys=(),
+            causal=(),
+            plan=plan,
+            global_num_loss_tokens=global_num_loss_tokens,
+            wave_groups=wave_groups,
+            epoch=epoch,
             batch_index=batch_index,
         )
 

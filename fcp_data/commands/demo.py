@@ -38,13 +38,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--seed", type=int, default=0, help="seed of batches and shards (default 0)")
-    p.add_argument("--out", type=Path, default=Path("out/demo"),
-                   help="where shards, index, picture and plan go (default out/demo)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/demo"),
+        help="where shards, index, picture and plan go (default out/demo)",
+    )
     p.add_argument("--skip-train", action="store_true", help="stop after the plan picture")
-    p.add_argument("--skip-compare", action="store_true",
-                   help="leave out the simulated 64-replica comparison (step 1)")
-    p.add_argument("--replicas", type=int, default=4,
-                   help="training processes, one replica each (default 4)")
+    p.add_argument(
+        "--skip-compare",
+        action="store_true",
+        help="leave out the simulated 64-replica comparison (step 1)",
+    )
+    p.add_argument(
+        "--replicas", type=int, default=4, help="training processes, one replica each (default 4)"
+    )
     p.add_argument("--steps", type=int, default=6, help="training steps (default 6)")
     p.set_defaults(func=run)
 
@@ -111,9 +119,11 @@ def run(args: argparse.Namespace) -> int:
     paths = make_shards(out / "shards", text=48, video=8, seed=args.seed, samples_per_shard=16)
     index = build_index([str(p) for p in paths], out / "index")
     lens = index.seqlens
-    con.print(f"shards: {len(paths)} tar files in {out / 'shards'} (48 stdlib source files, 8 "
-              f"mp4 clips); index: {len(index)} samples, {int(lens.sum()):,} tokens, longest "
-              f"{int(lens.max()):,} ({time.perf_counter() - t0:.1f} s)")
+    con.print(
+        f"shards: {len(paths)} tar files in {out / 'shards'} (48 stdlib source files, 8 "
+        f"mp4 clips); index: {len(index)} samples, {int(lens.sum()):,} tokens, longest "
+        f"{int(lens.max()):,} ({time.perf_counter() - t0:.1f} s)"
+    )
     profile = shipped_profile("cpu-small")
     picture = out / "plan.png"
     argv = ["--index", str(out / "index"), "--batch", "32", "--seed", str(args.seed),
@@ -133,8 +143,11 @@ def run(args: argparse.Namespace) -> int:
               f"{picture.resolve()}",
              f"fcp plan (JSON, `python examples/plan_viewer.py --plan ...`): "
              f"{(out / 'plan.json').resolve()}"]  # fmt: skip
-    lines += [f"  {r.strategy:>16}: predicted makespan {r.makespan:.3f} s "
-              f"({r.ratio:.2f}x lower bound)" for r in results if r.plan is not None]
+    lines += [
+        f"  {r.strategy:>16}: predicted makespan {r.makespan:.3f} s ({r.ratio:.2f}x lower bound)"
+        for r in results
+        if r.plan is not None
+    ]
     if not args.skip_train:
         con.rule(f"3. training on {args.replicas} gloo processes (megatron-core GPT, fcp_exec)")
         train = load_example("train_megatron")
@@ -144,14 +157,18 @@ def run(args: argparse.Namespace) -> int:
         first, last = report.steps[0], report.steps[-1]
         pred = sum(r["predicted_s"] for r in report.steps)
         meas = sum(r["measured_s"] for r in report.steps)
-        lines.append(f"training: {len(report.steps)} steps, loss {first['loss']:.4f} -> "
-                     f"{last['loss']:.4f}; step time predicted {pred:.2f} s, measured "
-                     f"{meas:.2f} s in total ({report.wall_s:.0f} s with process start-up)")
+        lines.append(
+            f"training: {len(report.steps)} steps, loss {first['loss']:.4f} -> "
+            f"{last['loss']:.4f}; step time predicted {pred:.2f} s, measured "
+            f"{meas:.2f} s in total ({report.wall_s:.0f} s with process start-up)"
+        )
         cores = os.cpu_count() or 1
         if args.replicas > cores:
-            lines.append(f"  ({args.replicas} processes share {cores} cores: the prediction "
-                         "assumes a core per replica, and ring partners wait for each other's "
-                         "turn on a core; see bench/replay.py for a fair comparison)")
+            lines.append(
+                f"  ({args.replicas} processes share {cores} cores: the prediction "
+                "assumes a core per replica, and ring partners wait for each other's "
+                "turn on a core; see bench/replay.py for a fair comparison)"
+            )
     con.rule("report")
     for line in lines:
         con.print(line, soft_wrap=True)

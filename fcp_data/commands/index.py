@@ -9,33 +9,67 @@ __all__ = ["register", "run"]
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "index", help="scan WebDataset shards and write a length index",
+        "index",
+        help="scan WebDataset shards and write a length index",
         description=(
             "Scan text/video/image WebDataset shards (paths, globs, brace patterns like "
             "'shard-{000..099}.tar', pipe:CMD) in parallel and write a memory-mapped length "
             "index: per-sample token counts (vision tokens included), attention kind and tar "
-            "member offsets, plus a header with the rule, tokenizer and shard fingerprints."))
+            "member offsets, plus a header with the rule, tokenizer and shard fingerprints."
+        ),
+    )
     p.add_argument("shards", nargs="+", help="shard specs")
     p.add_argument("-o", "--output", required=True, help="index directory to write")
-    p.add_argument("--vision-rule", default="qwen2.5-vl",
-                   choices=["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "internvl"],
-                   help="vision-token rule (default: qwen2.5-vl, qwen-vl-utils defaults)")
-    p.add_argument("--rule-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a rule setting, e.g. num_frames=8 (internvl); repeatable")
-    p.add_argument("--tokenizer", default="bytes:4",
-                   help="bytes:R (R bytes per token, default 4), hf:PATH/tokenizer.json "
-                        "(needs `tokenizers`) or py:module:callable")
+    p.add_argument(
+        "--vision-rule",
+        default="qwen2.5-vl",
+        choices=["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "internvl"],
+        help="vision-token rule (default: qwen2.5-vl, qwen-vl-utils defaults)",
+    )
+    p.add_argument(
+        "--rule-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a rule setting, e.g. num_frames=8 (internvl); repeatable",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default="bytes:4",
+        help="bytes:R (R bytes per token, default 4), hf:PATH/tokenizer.json "
+        "(needs `tokenizers`) or py:module:callable",
+    )
     p.add_argument("--text-field", default="text", help="text field of .json samples")
-    p.add_argument("--video-attention", choices=["causal", "full"], default="causal",
-                   help="attention kind recorded for video/image samples (default causal)")
-    p.add_argument("--on-error", choices=["skip", "raise"], default="skip",
-                   help="skip and record bad samples, or stop at the first (default skip)")
-    p.add_argument("--max-consecutive-failures", type=int, default=100,
-                   help="raise after this many bad samples in a row (default 100)")
-    p.add_argument("--probe-backend", choices=["auto", "decord", "pyav"], default="auto",
-                   help="video probe when a sample has no sidecar (auto: decord, else PyAV)")
-    p.add_argument("--probe-timeout", type=float, default=20.0,
-                   help="seconds before a video probe is abandoned (default 20)")
+    p.add_argument(
+        "--video-attention",
+        choices=["causal", "full"],
+        default="causal",
+        help="attention kind recorded for video/image samples (default causal)",
+    )
+    p.add_argument(
+        "--on-error",
+        choices=["skip", "raise"],
+        default="skip",
+        help="skip and record bad samples, or stop at the first (default skip)",
+    )
+    p.add_argument(
+        "--max-consecutive-failures",
+        type=int,
+        default=100,
+        help="raise after this many bad samples in a row (default 100)",
+    )
+    p.add_argument(
+        "--probe-backend",
+        choices=["auto", "decord", "pyav"],
+        default="auto",
+        help="video probe when a sample has no sidecar (auto: decord, else PyAV)",
+    )
+    p.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=20.0,
+        help="seconds before a video probe is abandoned (default 20)",
+    )
     p.add_argument("--workers", type=int, default=1, help="scanning processes (default 1)")
     p.set_defaults(func=run)
 
@@ -63,18 +97,28 @@ def run(args: argparse.Namespace) -> int:
         overrides[key] = _value(value)
     causal = args.video_attention == "causal"
     config = ScanConfig(
-        vision_rule=args.vision_rule, rule_overrides=overrides, tokenizer=args.tokenizer,
-        text_field=args.text_field, video_causal=causal, image_causal=causal,
-        probe_backend=args.probe_backend, probe_timeout_s=args.probe_timeout,
-        on_error=args.on_error, max_consecutive_failures=args.max_consecutive_failures)
-    index = build_index(args.shards, args.output, config=config, workers=args.workers,
-                        progress=True)
+        vision_rule=args.vision_rule,
+        rule_overrides=overrides,
+        tokenizer=args.tokenizer,
+        text_field=args.text_field,
+        video_causal=causal,
+        image_causal=causal,
+        probe_backend=args.probe_backend,
+        probe_timeout_s=args.probe_timeout,
+        on_error=args.on_error,
+        max_consecutive_failures=args.max_consecutive_failures,
+    )
+    index = build_index(
+        args.shards, args.output, config=config, workers=args.workers, progress=True
+    )
     console = Console()
     seq = index.seqlens
     console.print(
         f"[bold]{args.output}[/]: {len(index)} samples from {len(index.header.shards)} shards, "
         f"{int(seq.sum()):,} tokens (max {int(seq.max()) if len(seq) else 0:,}), "
-        f"{len(index.skipped)} skipped", soft_wrap=True)
+        f"{len(index.skipped)} skipped",
+        soft_wrap=True,
+    )
     for s in index.skipped[:10]:
         console.print(f"  skipped {s.shard}: {s.key}: {s.reason}", soft_wrap=True)
     return 0

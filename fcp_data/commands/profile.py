@@ -1,8 +1,8 @@
 """`fcp profile`: measure this machine and fit the cost model the planner uses.
 
-    fcp profile --quick                      # cpu-small shape, ~20 s on 2 cores
-    fcp profile --model qwen3-1.7b --layers 1 --lengths 512 1024 2048 4096 -o qwen.json
-    fcp plan --cost qwen.json ...            # plan with the measured coefficients
+fcp profile --quick                      # cpu-small shape, ~20 s on 2 cores
+fcp profile --model qwen3-1.7b --layers 1 --lengths 512 1024 2048 4096 -o qwen.json
+fcp plan --cost qwen.json ...            # plan with the measured coefficients
 """
 
 from __future__ import annotations
@@ -29,23 +29,38 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(`fcp plan --cost FILE`)."
         ),
     )
-    p.add_argument("--model", default="cpu-small",
-                   help="shape preset: cpu-small, cpu-medium or a planner model (qwen3-8b, ...)")
+    p.add_argument(
+        "--model",
+        default="cpu-small",
+        help="shape preset: cpu-small, cpu-medium or a planner model (qwen3-8b, ...)",
+    )
     for flag in _SHAPE_FLAGS:
-        p.add_argument(f"--{flag.replace('_', '-')}", type=int, dest=flag,
-                       help=f"override the preset's {flag}")
-    p.add_argument("--lengths", type=int, nargs="+",
-                   help="sequence lengths to time (even; default 256..4096, --quick 256..2048)")
+        p.add_argument(
+            f"--{flag.replace('_', '-')}", type=int, dest=flag, help=f"override the preset's {flag}"
+        )
+    p.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        help="sequence lengths to time (even; default 256..4096, --quick 256..2048)",
+    )
     p.add_argument("--repeats", type=int, help="timed runs per point, median kept (default 3)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: one replica per core, as the gloo "
-                        "examples run)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: one replica per core, as the gloo examples run)",
+    )
     p.add_argument("--device", default="cpu", help="torch device to time on (default cpu)")
-    p.add_argument("--quick", action="store_true",
-                   help="4 lengths, 2 repeats, no full-attention points, 3 P2P sizes (~20 s)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="4 lengths, 2 repeats, no full-attention points, 3 P2P sizes (~20 s)",
+    )
     p.add_argument("--no-p2p", action="store_true", help="skip the two-process P2P measurement")
-    p.add_argument("-o", "--output", type=Path,
-                   help="profile JSON to write (default out/profile-<model>.json)")
+    p.add_argument(
+        "-o", "--output", type=Path, help="profile JSON to write (default out/profile-<model>.json)"
+    )
     p.set_defaults(func=run)
 
 
@@ -53,21 +68,29 @@ def _print_tables(profile: Any, console: Any) -> None:
     from rich.table import Table
 
     t = Table(title=f"compute fit: t(s) = α1·s² + α2·s + β1  ({profile.cost.name})")
-    for col in ("tokens", "attention (ms)", "linear (ms)", "measured (ms)", "fitted (ms)",
-                "error"):
+    for col in ("tokens", "attention (ms)", "linear (ms)", "measured (ms)", "fitted (ms)", "error"):
         t.add_column(col, justify="right")
     for pt, row in zip(profile.points, profile.compute.rows):
-        t.add_row(str(pt.seqlen), f"{pt.attention_s * 1e3:.2f}", f"{pt.linear_s * 1e3:.2f}",
-                  f"{row.measured * 1e3:.2f}", f"{row.predicted * 1e3:.2f}",
-                  f"{row.rel_error:+.1%}")
+        t.add_row(
+            str(pt.seqlen),
+            f"{pt.attention_s * 1e3:.2f}",
+            f"{pt.linear_s * 1e3:.2f}",
+            f"{row.measured * 1e3:.2f}",
+            f"{row.predicted * 1e3:.2f}",
+            f"{row.rel_error:+.1%}",
+        )
     console.print(t)
     if profile.p2p is not None:
         t = Table(title="P2P fit: t(n) = latency + n / bandwidth (2 processes, ping-pong)")
         for col in ("bytes", "measured (µs)", "fitted (µs)", "error"):
             t.add_column(col, justify="right")
         for row in profile.p2p.rows:
-            t.add_row(f"{int(row.x):,}", f"{row.measured * 1e6:.1f}",
-                      f"{row.predicted * 1e6:.1f}", f"{row.rel_error:+.1%}")
+            t.add_row(
+                f"{int(row.x):,}",
+                f"{row.measured * 1e6:.1f}",
+                f"{row.predicted * 1e6:.1f}",
+                f"{row.rel_error:+.1%}",
+            )
         console.print(t)
     c = profile.cost
     console.print(
@@ -100,8 +123,9 @@ def run(args: argparse.Namespace) -> int:
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                   console=console, transient=True) as bar:  # fmt: skip
         task = bar.add_task(shape.name, total=config.num_steps)
-        profile = run_profile(config, on_step=lambda msg: bar.update(task, advance=1,
-                                                                      description=msg))
+        profile = run_profile(
+            config, on_step=lambda msg: bar.update(task, advance=1, description=msg)
+        )
     _print_tables(profile, console)
     out = args.output or Path("out") / f"profile-{shape.name}.json"
     profile.save(out)

@@ -127,9 +127,7 @@ class Profile:
         return out
 
 
-def run_profile(
-    config: ProfileConfig, *, on_step: Callable[[str], None] | None = None
-) -> Profile:
+def run_profile(config: ProfileConfig, *, on_step: Callable[[str], None] | None = None) -> Profile:
     """Measure, fit and return a Profile (`Profile.save` writes what CostModel.load reads)."""
     step = on_step or (lambda _msg: None)
     load_before = os.getloadavg()[0]
@@ -163,8 +161,13 @@ def run_profile(
     bandwidth, latency = 5e9, 0.0  # the `cpu` device preset's guess when P2P is not measured
     if config.p2p:
         gpus = config.device.startswith("cuda") and torch.cuda.device_count() >= 2
-        p2p_points = tuple(measure_p2p(config.ring_message_sizes(), repeats=config.p2p_repeats,
-                                       backend="nccl" if gpus else "gloo"))
+        p2p_points = tuple(
+            measure_p2p(
+                config.ring_message_sizes(),
+                repeats=config.p2p_repeats,
+                backend="nccl" if gpus else "gloo",
+            )
+        )
         step("p2p")
         p2p_fit = fit_p2p([p.nbytes for p in p2p_points], [p.seconds for p in p2p_points])
         latency = p2p_fit.coef["latency"]

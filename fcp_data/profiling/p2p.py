@@ -78,8 +78,15 @@ def measure_p2p(
     if len(sizes) < 2:
         raise ValueError(f"sizes={list(sizes)}: a latency + bandwidth fit needs >= 2 sizes")
     try:
-        result = run_group(_pingpong, 2, [int(s) for s in sizes], int(repeats), backend,
-                           timeout_s=timeout_s, what="P2P measurement")
+        result = run_group(
+            _pingpong,
+            2,
+            [int(s) for s in sizes],
+            int(repeats),
+            backend,
+            timeout_s=timeout_s,
+            what="P2P measurement",
+        )
     except RuntimeError as exc:
         raise RuntimeError(
             f"{exc}; check that 127.0.0.1 TCP ports are usable or pass --no-p2p"

@@ -54,10 +54,26 @@ SHAPES: dict[str, ModelShape] = {
     s.name: s
     for s in (
         # The CPU example model: ~0.4M parameters, 2 layers, a byte-level vocabulary.
-        ModelShape(name="cpu-small", layers=2, hidden=128, heads=4, kv_heads=2, head_dim=32,
-                   ffn=384, vocab=512),
-        ModelShape(name="cpu-medium", layers=4, hidden=256, heads=8, kv_heads=2, head_dim=32,
-                   ffn=768, vocab=4096),
+        ModelShape(
+            name="cpu-small",
+            layers=2,
+            hidden=128,
+            heads=4,
+            kv_heads=2,
+            head_dim=32,
+            ffn=384,
+            vocab=512,
+        ),
+        ModelShape(
+            name="cpu-medium",
+            layers=4,
+            hidden=256,
+            heads=8,
+            kv_heads=2,
+            head_dim=32,
+            ffn=768,
+            vocab=4096,
+        ),
     )
 }
 
@@ -71,8 +87,16 @@ def shape_from_name(name: str) -> ModelShape:
 
     if key in MODELS:
         m = MODELS[key]
-        return ModelShape(name=m.name, layers=m.layers, hidden=m.hidden, heads=m.heads,
-                          kv_heads=m.kv_heads, head_dim=m.dim_head, ffn=m.ffn, vocab=m.vocab)
+        return ModelShape(
+            name=m.name,
+            layers=m.layers,
+            hidden=m.hidden,
+            heads=m.heads,
+            kv_heads=m.kv_heads,
+            head_dim=m.dim_head,
+            ffn=m.ffn,
+            vocab=m.vocab,
+        )
     raise ValueError(
         f"unknown model shape {name!r}; known: {sorted(SHAPES)} and the planner presets "
         f"{sorted(MODELS)}, or give --layers/--hidden/--heads/--kv-heads/--head-dim/--ffn"

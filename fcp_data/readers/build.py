@@ -70,8 +70,7 @@ def _advance(bar: Any, task: Any, n: int, _future: object) -> None:
     bar.advance(task, n)
 
 
-def _scan_chunk(urls: list[str], config: ScanConfig,
-                counter: TokenCounter) -> list[_ShardResult]:
+def _scan_chunk(urls: list[str], config: ScanConfig, counter: TokenCounter) -> list[_ShardResult]:
     """Scan consecutive shards with one Scanner, so one probe child serves them all."""
     with Scanner(config, counter) as scanner:
         return [_scan_shard(scanner, u) for u in urls]
@@ -93,7 +92,8 @@ def _check_runs(results: list[_ShardResult], policy: ErrorPolicy) -> None:
         raise TooManyFailures(
             f"{run} consecutive bad samples across shards, up to {res.url}; the dataset looks "
             f"broken. Fix it or raise max_consecutive_failures "
-            f"(now {policy.max_consecutive_failures})")
+            f"(now {policy.max_consecutive_failures})"
+        )
 
 
 def _write(out: Path, header: IndexHeader, results: list[_ShardResult]) -> None:
@@ -134,9 +134,15 @@ def _write(out: Path, header: IndexHeader, results: list[_ShardResult]) -> None:
     os.replace(tmp, out)
 
 
-def build_index(shards: Sequence[str] | str, out: str | os.PathLike[str], *,
-                config: ScanConfig | None = None, counter: TokenCounter | Any = None,
-                workers: int = 1, progress: bool = False) -> LengthIndex:
+def build_index(
+    shards: Sequence[str] | str,
+    out: str | os.PathLike[str],
+    *,
+    config: ScanConfig | None = None,
+    counter: TokenCounter | Any = None,
+    workers: int = 1,
+    progress: bool = False,
+) -> LengthIndex:
     """Scan `shards` (paths, globs, braces, pipe:) and write an index directory at `out`.
 
     `counter` (any picklable TokenCounter) overrides `config.tokenizer`; its spec is recorded.
@@ -147,19 +153,23 @@ def build_index(shards: Sequence[str] | str, out: str | os.PathLike[str], *,
 
     config = config or ScanConfig()
     counter = as_counter(counter) if counter is not None else load_counter(config.tokenizer)
-    policy = ErrorPolicy(on_error=config.on_error,  # type: ignore[arg-type]
-                         max_consecutive_failures=config.max_consecutive_failures)
+    policy = ErrorPolicy(
+        on_error=config.on_error,  # type: ignore[arg-type]
+        max_consecutive_failures=config.max_consecutive_failures,
+    )
     urls = expand_shards(shards)
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / HEADER_NAME).is_file():
-        raise FileExistsError(f"{out} exists and is not a length index; refusing to replace it. "
-                              "Choose a new or empty output directory")
+        raise FileExistsError(
+            f"{out} exists and is not a length index; refusing to replace it. "
+            "Choose a new or empty output directory"
+        )
     # Chunks of consecutive shards: about 4 per worker balance load while each chunk starts
     # at most one probe child (a spawn costs ~0.5 s).
     size = max(1, -(-len(urls) // (workers * 4)))
-    chunks = [urls[k:k + size] for k in range(0, len(urls), size)]
+    chunks = [urls[k : k + size] for k in range(0, len(urls), size)]
     results: list[_ShardResult] = []
     bar = None
     if progress:
@@ -179,7 +189,8 @@ def build_index(shards: Sequence[str] | str, out: str | os.PathLike[str], *,
             ctx = mp.get_context("spawn")
             with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=ctx) as pool:
                 futures: list[Future[list[_ShardResult]]] = [
-                    pool.submit(_scan_chunk, c, config, counter) for c in chunks]
+                    pool.submit(_scan_chunk, c, config, counter) for c in chunks
+                ]
                 if bar is not None:
                     for f, c in zip(futures, chunks):
                         f.add_done_callback(partial(_advance, bar, task, len(c)))
@@ -197,9 +208,17 @@ def build_index(shards: Sequence[str] | str, out: str | os.PathLike[str], *,
     header = IndexHeader(
         format_version=FORMAT_VERSION,
         num_samples=sum(len(r.records) for r in results),
-        scan=config, rule=Scanner(config, counter).rule.settings(), tokenizer=counter.spec,
-        shards=[ShardEntry(url=rel(r.url), fingerprint=r.fingerprint, size=r.size,
-                           num_samples=len(r.records)) for r in results],
-        skipped=[s for r in results for s in r.skipped], fcp_version=__version__)
+        scan=config,
+        rule=Scanner(config, counter).rule.settings(),
+        tokenizer=counter.spec,
+        shards=[
+            ShardEntry(
+                url=rel(r.url), fingerprint=r.fingerprint, size=r.size, num_samples=len(r.records)
+            )
+            for r in results
+        ],
+        skipped=[s for r in results for s in r.skipped],
+        fcp_version=__version__,
+    )
     _write(out, header, results)
     return LengthIndex.open(out)

@@ -51,8 +51,13 @@ def _decord_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
     return list(batch)
 
 
-def decode_frames(data: bytes, indices: Sequence[int], resized: tuple[int, int], *,
-                  backend: Literal["pyav", "decord"] = "pyav") -> torch.Tensor:
+def decode_frames(
+    data: bytes,
+    indices: Sequence[int],
+    resized: tuple[int, int],
+    *,
+    backend: Literal["pyav", "decord"] = "pyav",
+) -> torch.Tensor:
     """Frames `indices` of encoded video `data`, resized to (H, W): uint8 tensor (T, H, W, 3)."""
     if not indices:
         raise ValueError("no frame indices to decode")
@@ -65,8 +70,9 @@ def decode_frames(data: bytes, indices: Sequence[int], resized: tuple[int, int],
     x = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float()
     h, w = resized
     if x.shape[-2:] != (h, w):
-        x = torch.nn.functional.interpolate(x, size=(h, w), mode="bicubic", antialias=True,
-                                            align_corners=False)
+        x = torch.nn.functional.interpolate(
+            x, size=(h, w), mode="bicubic", antialias=True, align_corners=False
+        )
     return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 
@@ -83,22 +89,35 @@ def groups_for_token_range(tokens: VisionTokens, start: int, stop: int) -> range
     return range(max(0, start // per), min(groups, -(-stop // per)))
 
 
-def decode_sample_video(data: bytes, rule: VisionTokenRule, *, num_frames: int, fps: float,
-                        height: int, width: int, token_range: tuple[int, int] | None = None,
-                        backend: Literal["pyav", "decord"] = "pyav") -> torch.Tensor:
+def decode_sample_video(
+    data: bytes,
+    rule: VisionTokenRule,
+    *,
+    num_frames: int,
+    fps: float,
+    height: int,
+    width: int,
+    token_range: tuple[int, int] | None = None,
+    backend: Literal["pyav", "decord"] = "pyav",
+) -> torch.Tensor:
     """The frames `rule` samples from a video (optionally only those covering `token_range`)."""
     vt = rule.video(num_frames=num_frames, fps=fps, height=height, width=width)
     indices = list(vt.frame_indices)
     if token_range is not None:
         per_group = len(indices) // max(1, vt.grid[0])
         groups = groups_for_token_range(vt, *token_range)
-        indices = indices[groups.start * per_group:groups.stop * per_group]
+        indices = indices[groups.start * per_group : groups.stop * per_group]
     return decode_frames(data, indices, vt.resized, backend=backend)
 
 
-def decode_index_video(index: LengthIndex, i: int, *, rule: VisionTokenRule | None = None,
-                       token_range: tuple[int, int] | None = None,
-                       backend: Literal["pyav", "decord"] = "pyav") -> torch.Tensor:
+def decode_index_video(
+    index: LengthIndex,
+    i: int,
+    *,
+    rule: VisionTokenRule | None = None,
+    token_range: tuple[int, int] | None = None,
+    backend: Literal["pyav", "decord"] = "pyav",
+) -> torch.Tensor:
     """Frames of video sample i of `index`, under the rule the index was built with (default).
 
     The same rule object gives the same frame indices and size as the token count in
@@ -114,7 +133,13 @@ def decode_index_video(index: LengthIndex, i: int, *, rule: VisionTokenRule | No
         rule = get_rule(scan.vision_rule, **scan.rule_overrides)
     members = index.read(i)
     ext = next(e for e in VIDEO_EXTS if e in members)
-    return decode_sample_video(members[ext], rule, num_frames=int(index.num_frames[i]),
-                               fps=float(index.fps[i]), height=int(index.height[i]),
-                               width=int(index.width[i]), token_range=token_range,
-                               backend=backend)
+    return decode_sample_video(
+        members[ext],
+        rule,
+        num_frames=int(index.num_frames[i]),
+        fps=float(index.fps[i]),
+        height=int(index.height[i]),
+        width=int(index.width[i]),
+        token_range=token_range,
+        backend=backend,
+    )

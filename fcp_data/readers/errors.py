@@ -15,21 +15,12 @@ from typing import Literal
 
 import msgspec
 
+from ..errors import ConfigError, DataError, SampleError
+
 __all__ = ["ErrorPolicy", "FailureLog", "SampleError", "SkippedSample", "TooManyFailures"]
 
 
-class SampleError(ValueError):
-    """One bad sample; the message names the shard, key, bad value and the fix."""
-
-    def __init__(self, shard: str, key: str, reason: str) -> None:
-        super().__init__(f"{shard}: sample {key!r}: {reason}")
-        self.shard, self.key, self.reason = shard, key, reason
-
-    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
-        return SampleError, (self.shard, self.key, self.reason)  # survives process pools
-
-
-class TooManyFailures(RuntimeError):
+class TooManyFailures(DataError):
     """Raised after `max_consecutive_failures` bad samples in a row."""
 
 
@@ -48,10 +39,11 @@ class ErrorPolicy:
 
     def __post_init__(self) -> None:
         if self.on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error={self.on_error!r}; allowed: 'raise', 'skip'")
+            raise ConfigError(f"on_error={self.on_error!r}; allowed: 'raise', 'skip'")
         if self.max_consecutive_failures < 1:
-            raise ValueError(
-                f"max_consecutive_failures={self.max_consecutive_failures} must be >= 1")
+            raise ConfigError(
+                f"max_consecutive_failures={self.max_consecutive_failures} must be >= 1"
+            )
 
 
 @dataclass(slots=True)
@@ -76,4 +68,5 @@ class FailureLog:
                 f"{self.consecutive} consecutive bad samples (last: {shard}: {key!r}: {reason}); "
                 "the dataset looks broken. Fix the shards, or raise max_consecutive_failures "
                 f"(now {self.policy.max_consecutive_failures}) if this many bad samples in a row "
-                "is expected")
+                "is expected"
+            )

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..errors import IndexMismatchError, StaleIndexError
 from .errors import SkippedSample
 from .index_format import FORMAT_VERSION, HEADER_NAME, SAMPLE_ARRAYS, IndexHeader
 from .scan import MODALITIES
@@ -31,11 +32,7 @@ __all__ = ["LengthIndex", "RuleMismatchError", "StaleIndexError"]
 MAX_OPEN_SHARDS = 32  # file handles kept by `read` (LRU)
 
 
-class StaleIndexError(RuntimeError):
-    """A shard changed (or vanished) since the index was built."""
-
-
-class RuleMismatchError(ValueError):
+class RuleMismatchError(IndexMismatchError):
     """The index was built under another vision rule than the caller expects."""
 
 
@@ -46,30 +43,42 @@ class LengthIndex:
         self.path, self.header = path, header
         self._a = arrays
         self._files: OrderedDict[int, int] = OrderedDict()  # shard -> fd, LRU
-        self.shard_urls = [u.url if not is_seekable(u.url) else str((path / u.url).resolve())
-                           for u in header.shards]
+        self.shard_urls = [
+            u.url if not is_seekable(u.url) else str((path / u.url).resolve())
+            for u in header.shards
+        ]
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, verify: bool = True,
-             expect_rule: str | dict[str, Any] | None = None,
-             expect_tokenizer: str | None = None) -> LengthIndex:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        verify: bool = True,
+        expect_rule: str | dict[str, Any] | None = None,
+        expect_tokenizer: str | None = None,
+    ) -> LengthIndex:
         """Open memory-mapped; `verify` re-fingerprints shards; `expect_rule` is a rule name or
         a full `rule.settings()` dict and `expect_tokenizer` a counter spec ("bytes:4",
         "hf:PATH") that must match what the index was built with."""
         path = Path(path)
         head = path / HEADER_NAME
         if not head.is_file():
-            raise FileNotFoundError(f"{path} is not a length index (no {HEADER_NAME}); "
-                                    "build one with `fcp index SHARDS -o INDEX`")
+            raise FileNotFoundError(
+                f"{path} is not a length index (no {HEADER_NAME}); "
+                "build one with `fcp index SHARDS -o INDEX`"
+            )
         try:
             raw = msgspec.json.decode(head.read_bytes())
         except msgspec.DecodeError as exc:
-            raise StaleIndexError(f"{head} is not valid JSON ({exc}); rebuild the index with "
-                                  "`fcp index`") from exc
+            raise StaleIndexError(
+                f"{head} is not valid JSON ({exc}); rebuild the index with `fcp index`"
+            ) from exc
         version = raw.get("format_version") if isinstance(raw, dict) else None
         if version != FORMAT_VERSION:
-            raise StaleIndexError(f"{path}: index format {version}, this fcp reads "
-                                  f"{FORMAT_VERSION}; rebuild it with `fcp index`")
+            raise StaleIndexError(
+                f"{path}: index format {version}, this fcp reads "
+                f"{FORMAT_VERSION}; rebuild it with `fcp index`"
+            )
         header = msgspec.convert(raw, IndexHeader)
         names = ["keys", "member_ext", "member_offset", "member_size", *SAMPLE_ARRAYS]
         arrays = {n: np.load(path / f"{n}.npy", mmap_mode="r") for n in names}
@@ -79,7 +88,8 @@ class LengthIndex:
         if expect_tokenizer is not None and expect_tokenizer != header.tokenizer:
             raise RuleMismatchError(
                 f"index {path} counted text with {header.tokenizer!r}, not {expect_tokenizer!r}; "
-                "rebuild with `fcp index --tokenizer SPEC` or load with the matching tokenizer")
+                "rebuild with `fcp index --tokenizer SPEC` or load with the matching tokenizer"
+            )
         if verify:
             index.verify()
         return index
@@ -90,23 +100,29 @@ class LengthIndex:
             if not is_seekable(url):
                 continue
             if not os.path.exists(url):
-                raise StaleIndexError(f"shard {url} of index {self.path} is missing; restore it "
-                                      "or rebuild the index with `fcp index`")
+                raise StaleIndexError(
+                    f"shard {url} of index {self.path} is missing; restore it "
+                    "or rebuild the index with `fcp index`"
+                )
             if shard_fingerprint(url) != entry.fingerprint:
-                raise StaleIndexError(f"shard {url} changed since index {self.path} was built; "
-                                      "rebuild it with `fcp index`")
+                raise StaleIndexError(
+                    f"shard {url} changed since index {self.path} was built; "
+                    "rebuild it with `fcp index`"
+                )
 
     def check_rule(self, expect: str | dict[str, Any]) -> None:
         built = self.header.rule
         if isinstance(expect, str):
             ok = built.get("name") == expect
         else:
-            ok = msgspec.json.encode(dict(sorted(expect.items()))) == \
-                msgspec.json.encode(dict(sorted(built.items())))
+            ok = msgspec.json.encode(dict(sorted(expect.items()))) == msgspec.json.encode(
+                dict(sorted(built.items()))
+            )
         if not ok:
             raise RuleMismatchError(
                 f"index {self.path} was built with vision rule {built}, not {expect}; rebuild "
-                "with `fcp index --vision-rule NAME` or load with the matching rule")
+                "with `fcp index --vision-rule NAME` or load with the matching rule"
+            )
 
     # -- arrays in sample order ------------------------------------------------------------
     def __len__(self) -> int:
@@ -190,8 +206,14 @@ class LengthIndex:
         """{ext: (data offset, size)} of sample i in its shard."""
         s = int(self._a["member_start"][i])
         e = s + int(self._a["member_count"][i])
-        return {str(x): (int(o), int(z)) for x, o, z in zip(
-            self._a["member_ext"][s:e], self._a["member_offset"][s:e], self._a["member_size"][s:e])}
+        return {
+            str(x): (int(o), int(z))
+            for x, o, z in zip(
+                self._a["member_ext"][s:e],
+                self._a["member_offset"][s:e],
+                self._a["member_size"][s:e],
+            )
+        }
 
     def shard_url(self, i: int) -> str:
         return self.shard_urls[int(self._a["shard"][i])]
@@ -204,8 +226,10 @@ class LengthIndex:
         shard = int(self._a["shard"][i])
         url = self.shard_urls[shard]
         if not is_seekable(url):
-            raise ValueError(f"sample {i} lives in {url!r}, a pipe; random access needs a local "
-                             "file: copy the shards locally and re-index, or stream them")
+            raise ValueError(
+                f"sample {i} lives in {url!r}, a pipe; random access needs a local "
+                "file: copy the shards locally and re-index, or stream them"
+            )
         fd = self._files.get(shard)
         if fd is None:
             fd = os.open(url, os.O_RDONLY)
@@ -220,8 +244,10 @@ class LengthIndex:
                 continue
             data = os.pread(fd, size, offset)  # no shared file position: thread-safe
             if len(data) != size:
-                raise StaleIndexError(f"{url}: sample {i} member .{ext} truncated; the shard "
-                                      "changed since indexing, rebuild with `fcp index`")
+                raise StaleIndexError(
+                    f"{url}: sample {i} member .{ext} truncated; the shard "
+                    "changed since indexing, rebuild with `fcp index`"
+                )
             out[ext] = data
         return out
 
@@ -238,8 +264,10 @@ class LengthIndex:
         return _reopen, (str(self.path),)
 
     def __repr__(self) -> str:
-        return (f"LengthIndex({str(self.path)!r}, samples={len(self)}, "
-                f"rule={self.header.rule.get('name')!r}, skipped={len(self.header.skipped)})")
+        return (
+            f"LengthIndex({str(self.path)!r}, samples={len(self)}, "
+            f"rule={self.header.rule.get('name')!r}, skipped={len(self.header.skipped)})"
+        )
 
 
 def _reopen(path: str) -> LengthIndex:

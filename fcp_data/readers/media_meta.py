@@ -51,8 +51,10 @@ def video_meta_from_fields(fields: dict[str, Any], source: str = "sidecar") -> V
     if nf is None and duration is None:
         missing.append("num_frames (or duration)")
     if missing:
-        raise ValueError(f"{source} lacks {', '.join(missing)}; write all of num_frames, fps, "
-                         "width, height, duration or drop the sidecar so the video is probed")
+        raise ValueError(
+            f"{source} lacks {', '.join(missing)}; write all of num_frames, fps, "
+            "width, height, duration or drop the sidecar so the video is probed"
+        )
     assert fps is not None and width is not None and height is not None
     if fps <= 0:
         raise ValueError(f"{source} fps={fps:g} must be > 0")
@@ -70,9 +72,16 @@ def video_meta_from_fields(fields: dict[str, Any], source: str = "sidecar") -> V
     if abs(duration - nf / fps) > DURATION_TOLERANCE * duration + 1.0 / fps:
         raise ValueError(
             f"{source} is inconsistent: num_frames/fps = {nf / fps:.3f} s but duration = "
-            f"{duration:.3f} s; fix the sidecar or drop it so the video is probed")
-    return VideoMeta(num_frames=int(nf), fps=fps, width=int(width), height=int(height),
-                     duration=duration, source=source)
+            f"{duration:.3f} s; fix the sidecar or drop it so the video is probed"
+        )
+    return VideoMeta(
+        num_frames=int(nf),
+        fps=fps,
+        width=int(width),
+        height=int(height),
+        duration=duration,
+        source=source,
+    )
 
 
 def decode_json_object(data: bytes, what: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import multiprocessing as mp
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
+from ..errors import DataError
 from .media_meta import VideoMeta, video_meta_from_fields
 
 __all__ = ["BACKENDS", "ProbeTimeout", "Prober", "probe_fields"]
@@ -23,8 +24,8 @@ Backend = Literal["decord", "pyav", "auto"]
 BACKENDS = ("auto", "decord", "pyav")
 
 
-class ProbeTimeout(TimeoutError):
-    pass
+class ProbeTimeout(DataError, TimeoutError):
+    """A media probe ran past its time limit (a hanging decoder)."""
 
 
 def _pyav_fields(data: bytes) -> dict[str, Any]:
@@ -44,8 +45,13 @@ def _pyav_fields(data: bytes) -> dict[str, Any]:
             duration = frames / fps
         else:
             duration = 0.0
-        return {"num_frames": frames, "fps": fps, "width": vs.codec_context.width,
-                "height": vs.codec_context.height, "duration": duration}
+        return {
+            "num_frames": frames,
+            "fps": fps,
+            "width": vs.codec_context.width,
+            "height": vs.codec_context.height,
+            "duration": duration,
+        }
 
 
 def _decord_fields(data: bytes) -> dict[str, Any]:
@@ -55,8 +61,13 @@ def _decord_fields(data: bytes) -> dict[str, Any]:
     frames, fps = len(vr), float(vr.get_avg_fps())
     height, width = vr.get_batch([0]).shape[1:3]
     del vr
-    return {"num_frames": frames, "fps": fps, "width": int(width), "height": int(height),
-            "duration": frames / fps if fps > 0 else 0.0}
+    return {
+        "num_frames": frames,
+        "fps": fps,
+        "width": int(width),
+        "height": int(height),
+        "duration": frames / fps if fps > 0 else 0.0,
+    }
 
 
 def probe_fields(data: bytes, backend: Backend) -> tuple[str, dict[str, Any]]:
@@ -123,13 +134,15 @@ class Prober:
                 return Prober("pyav", self.timeout_s)._probe_once_and_close(data)
             raise ProbeTimeout(
                 f"video probe ({self.backend}) took over {self.timeout_s:g} s; the video may be "
-                "corrupt, or raise the probe timeout")
+                "corrupt, or raise the probe timeout"
+            )
         try:
             status, used, payload = conn.recv()
         except EOFError as exc:
             self.close(kill=True)
             raise ValueError(
-                "video probe process died (decoder crash); video is unreadable") from exc
+                "video probe process died (decoder crash); video is unreadable"
+            ) from exc
         if status != "ok":
             raise ValueError(f"video does not decode ({used}: {payload})")
         return video_meta_from_fields(payload, source=used)

@@ -17,8 +17,9 @@ __all__ = ["RULE_NAMES", "get_rule"]
 RULE_NAMES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "internvl")
 
 
-def get_rule(name: str, *, text_counter: TextCounter | None = None,
-             **overrides: object) -> VisionTokenRule:
+def get_rule(
+    name: str, *, text_counter: TextCounter | None = None, **overrides: object
+) -> VisionTokenRule:
     """The rule called `name`, with config fields overridden by keyword (e.g. num_frames=8).
 
     `text_counter` counts template text (timestamps, frame labels) exactly with the model's
@@ -37,5 +38,6 @@ def get_rule(name: str, *, text_counter: TextCounter | None = None,
     if unknown:
         raise ValueError(
             f"rule {name!r} has no setting {', '.join(unknown)}; "
-            f"allowed: {', '.join(sorted(allowed))}")
+            f"allowed: {', '.join(sorted(allowed))}"
+        )
     return build(cls(**{**base, **overrides}))

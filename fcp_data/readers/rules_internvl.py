@@ -27,8 +27,9 @@ DOWNSAMPLE_RATIO = 0.5  # pixel shuffle
 NUM_IMAGE_TOKEN = int((IMAGE_SIZE // PATCH_SIZE) ** 2 * DOWNSAMPLE_RATIO**2)  # 256
 
 
-def closest_grid(width: int, height: int, *, min_num: int, max_num: int,
-                 image_size: int = IMAGE_SIZE) -> tuple[int, int]:
+def closest_grid(
+    width: int, height: int, *, min_num: int, max_num: int, image_size: int = IMAGE_SIZE
+) -> tuple[int, int]:
     """(columns, rows) of the tile grid whose aspect ratio is closest to the image's.
 
     Candidates are all (i, j) with min_num <= i*j <= max_num ordered by tile count (ties kept in
@@ -39,8 +40,13 @@ def closest_grid(width: int, height: int, *, min_num: int, max_num: int,
         raise ValueError(f"image size {width}x{height} must be positive")
     if not 1 <= min_num <= max_num:
         raise ValueError(f"tile bounds [{min_num}, {max_num}] must satisfy 1 <= min <= max")
-    candidates = {(i, j) for n in range(min_num, max_num + 1) for i in range(1, n + 1)
-                  for j in range(1, n + 1) if min_num <= i * j <= max_num}
+    candidates = {
+        (i, j)
+        for n in range(min_num, max_num + 1)
+        for i in range(1, n + 1)
+        for j in range(1, n + 1)
+        if min_num <= i * j <= max_num
+    }
     ordered = sorted(candidates, key=lambda g: g[0] * g[1])
     aspect, area = width / height, width * height
     best, best_diff = (1, 1), float("inf")
@@ -67,8 +73,9 @@ class InternVLRuleConfig:
 class InternVLRule(VisionTokenRule):
     """InternVL token arithmetic; `text_counter` counts the "Frame-i: " label tokens."""
 
-    def __init__(self, config: InternVLRuleConfig | None = None,
-                 text_counter: TextCounter | None = None) -> None:
+    def __init__(
+        self, config: InternVLRuleConfig | None = None, text_counter: TextCounter | None = None
+    ) -> None:
         self.name = "internvl"
         self.config = config or InternVLRuleConfig()
         self.text_counter = text_counter or qwen_digit_text_tokens
@@ -78,12 +85,17 @@ class InternVLRule(VisionTokenRule):
 
     def image(self, *, height: int, width: int) -> VisionTokens:
         c = self.config
-        cols, rows = closest_grid(width, height, min_num=c.min_dynamic_patch,
-                                  max_num=c.max_dynamic_patch)
+        cols, rows = closest_grid(
+            width, height, min_num=c.min_dynamic_patch, max_num=c.max_dynamic_patch
+        )
         tiles = cols * rows + (1 if c.use_thumbnail and cols * rows != 1 else 0)
-        return VisionTokens(vision=NUM_IMAGE_TOKEN * tiles, special=2, frame_indices=(),
-                            resized=(IMAGE_SIZE * rows, IMAGE_SIZE * cols),
-                            grid=(tiles, rows, cols))
+        return VisionTokens(
+            vision=NUM_IMAGE_TOKEN * tiles,
+            special=2,
+            frame_indices=(),
+            resized=(IMAGE_SIZE * rows, IMAGE_SIZE * cols),
+            grid=(tiles, rows, cols),
+        )
 
     def video(self, *, num_frames: int, fps: float, height: int, width: int) -> VisionTokens:
         if num_frames < 1:
@@ -99,5 +111,10 @@ class InternVLRule(VisionTokenRule):
         if self.config.frame_labels:
             special += sum(self.text_counter(f"Frame-{i + 1}: ") for i in range(n))
             special += n - 1  # "\n" between frame lines
-        return VisionTokens(vision=NUM_IMAGE_TOKEN * n, special=special, frame_indices=idx,
-                            resized=(IMAGE_SIZE, IMAGE_SIZE), grid=(n, 1, 1))
+        return VisionTokens(
+            vision=NUM_IMAGE_TOKEN * n,
+            special=special,
+            frame_indices=idx,
+            resized=(IMAGE_SIZE, IMAGE_SIZE),
+            grid=(n, 1, 1),
+        )

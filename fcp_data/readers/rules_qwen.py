@@ -69,8 +69,9 @@ def _ceil(x: float, f: int) -> int:
     return math.ceil(x / f) * f
 
 
-def smart_resize(height: int, width: int, *, factor: int, min_pixels: float,
-                 max_pixels: float) -> tuple[int, int]:
+def smart_resize(
+    height: int, width: int, *, factor: int, min_pixels: float, max_pixels: float
+) -> tuple[int, int]:
     """Resize target: sides multiples of `factor`, area in [min_pixels, max_pixels], ratio kept.
 
     Same arithmetic as qwen-vl-utils: round each side to the nearest multiple (at least one
@@ -82,7 +83,8 @@ def smart_resize(height: int, width: int, *, factor: int, min_pixels: float,
     if max(height, width) / min(height, width) > MAX_RATIO:
         raise ValueError(
             f"aspect ratio of {height}x{width} exceeds {MAX_RATIO}:1 (qwen-vl-utils rejects it); "
-            "crop or pad the media")
+            "crop or pad the media"
+        )
     h = max(factor, _round(height, factor))
     w = max(factor, _round(width, factor))
     if h * w > max_pixels:
@@ -94,12 +96,19 @@ def smart_resize(height: int, width: int, *, factor: int, min_pixels: float,
     return h, w
 
 
-def smart_nframes(total_frames: int, video_fps: float, *, fps: float = FPS,
-                  min_frames: int = FPS_MIN_FRAMES, max_frames: int = FPS_MAX_FRAMES) -> int:
+def smart_nframes(
+    total_frames: int,
+    video_fps: float,
+    *,
+    fps: float = FPS,
+    min_frames: int = FPS_MIN_FRAMES,
+    max_frames: int = FPS_MAX_FRAMES,
+) -> int:
     """Frames sampled from a video: N/f*fps clamped to [min, min(max, N)], floored to even."""
     if total_frames < FRAME_FACTOR:
         raise ValueError(
-            f"video has {total_frames} frame(s); qwen-vl-utils needs at least {FRAME_FACTOR}")
+            f"video has {total_frames} frame(s); qwen-vl-utils needs at least {FRAME_FACTOR}"
+        )
     if video_fps <= 0:
         raise ValueError(f"video fps {video_fps} must be positive; fix the sidecar or re-probe")
     lo = _ceil(min_frames, FRAME_FACTOR)
@@ -145,8 +154,9 @@ class QwenRuleConfig:
 class QwenVisionRule(VisionTokenRule):
     """Qwen-VL token arithmetic; `text_counter` counts Qwen3-VL timestamp strings."""
 
-    def __init__(self, name: str, config: QwenRuleConfig,
-                 text_counter: TextCounter | None = None) -> None:
+    def __init__(
+        self, name: str, config: QwenRuleConfig, text_counter: TextCounter | None = None
+    ) -> None:
         self.name = name
         self.config = config
         self.text_counter = text_counter or qwen_digit_text_tokens
@@ -168,19 +178,23 @@ class QwenVisionRule(VisionTokenRule):
             idx = _linspace_round(0, num_frames - 1, n)
             pad = (-n) % FRAME_FACTOR
             return n + pad, idx + (idx[-1],) * pad
-        n = smart_nframes(num_frames, fps, fps=c.fps, min_frames=c.min_frames,
-                          max_frames=c.max_frames)
+        n = smart_nframes(
+            num_frames, fps, fps=c.fps, min_frames=c.min_frames, max_frames=c.max_frames
+        )
         return n, _linspace_round(0, num_frames - 1, n)
 
     def video(self, *, num_frames: int, fps: float, height: int, width: int) -> VisionTokens:
         c, f = self.config, self.factor
         n, idx = self._frames(num_frames, fps)
-        min_px = (c.video_min_pixels if c.video_min_pixels is not None
-                  else VIDEO_MIN_TOKEN_NUM * f * f)
-        total = (c.total_pixels if c.total_pixels is not None
-                 else MODEL_SEQ_LEN * f * f * TOTAL_BUDGET_FRACTION)
-        max_px = max(min(VIDEO_MAX_TOKEN_NUM * f * f, total / n * FRAME_FACTOR),
-                     int(min_px * 1.05))
+        min_px = (
+            c.video_min_pixels if c.video_min_pixels is not None else VIDEO_MIN_TOKEN_NUM * f * f
+        )
+        total = (
+            c.total_pixels
+            if c.total_pixels is not None
+            else MODEL_SEQ_LEN * f * f * TOTAL_BUDGET_FRACTION
+        )
+        max_px = max(min(VIDEO_MAX_TOKEN_NUM * f * f, total / n * FRAME_FACTOR), int(min_px * 1.05))
         if c.video_max_pixels is not None:
             max_px = min(max_px, c.video_max_pixels)
         h, w = smart_resize(height, width, factor=f, min_pixels=min_px, max_pixels=max_px)
@@ -191,21 +205,33 @@ class QwenVisionRule(VisionTokenRule):
             # <|vision_end|>, t the mean timestamp of the group's frames (frame index / fps).
             special = 0
             for g in range(groups):
-                pair = idx[g * FRAME_FACTOR:(g + 1) * FRAME_FACTOR]
+                pair = idx[g * FRAME_FACTOR : (g + 1) * FRAME_FACTOR]
                 t = (pair[0] / fps + pair[-1] / fps) / 2
                 special += self.text_counter(f"<{t:.1f} seconds>") + 2
         else:
             special = 2  # <|vision_start|> ... <|vision_end|>
-        return VisionTokens(vision=groups * per_group, special=special, frame_indices=idx,
-                            resized=(h, w), grid=(groups, gh, gw))
+        return VisionTokens(
+            vision=groups * per_group,
+            special=special,
+            frame_indices=idx,
+            resized=(h, w),
+            grid=(groups, gh, gw),
+        )
 
     def image(self, *, height: int, width: int) -> VisionTokens:
         c, f = self.config, self.factor
-        min_px = (c.image_min_pixels if c.image_min_pixels is not None
-                  else IMAGE_MIN_TOKEN_NUM * f * f)
-        max_px = (c.image_max_pixels if c.image_max_pixels is not None
-                  else IMAGE_MAX_TOKEN_NUM * f * f)
+        min_px = (
+            c.image_min_pixels if c.image_min_pixels is not None else IMAGE_MIN_TOKEN_NUM * f * f
+        )
+        max_px = (
+            c.image_max_pixels if c.image_max_pixels is not None else IMAGE_MAX_TOKEN_NUM * f * f
+        )
         h, w = smart_resize(height, width, factor=f, min_pixels=min_px, max_pixels=max_px)
         gh, gw = h // c.patch_size, w // c.patch_size
-        return VisionTokens(vision=gh * gw // (SPATIAL_MERGE_SIZE**2), special=2,
-                            frame_indices=(), resized=(h, w), grid=(1, gh, gw))
+        return VisionTokens(
+            vision=gh * gw // (SPATIAL_MERGE_SIZE**2),
+            special=2,
+            frame_indices=(),
+            resized=(h, w),
+            grid=(1, gh, gw),
+        )

@@ -99,22 +99,33 @@ def _load_ext(ext: str) -> bool:
 class Scanner:
     """Scans shards under a ScanConfig; `counter` overrides the config's tokenizer spec."""
 
-    def __init__(self, config: ScanConfig, counter: TokenCounter | Any = None,
-                 rule: VisionTokenRule | None = None) -> None:
+    def __init__(
+        self,
+        config: ScanConfig,
+        counter: TokenCounter | Any = None,
+        rule: VisionTokenRule | None = None,
+    ) -> None:
         self.config = config
-        self.counter = (as_counter(counter) if counter is not None
-                        else load_counter(config.tokenizer))
+        self.counter = (
+            as_counter(counter) if counter is not None else load_counter(config.tokenizer)
+        )
         # A real tokenizer also counts template text (Qwen3-VL timestamps, InternVL frame
         # labels); a bytes ratio is too coarse for 6-token strings, so the rule's default stays.
         exact = None if isinstance(self.counter, RatioCounter) else self.counter
-        self.rule = rule or get_rule(config.vision_rule, text_counter=exact,
-                                     **config.rule_overrides)
-        self.log = FailureLog(ErrorPolicy(on_error=config.on_error,  # type: ignore[arg-type]
-                                          max_consecutive_failures=config.max_consecutive_failures))
+        self.rule = rule or get_rule(
+            config.vision_rule, text_counter=exact, **config.rule_overrides
+        )
+        self.log = FailureLog(
+            ErrorPolicy(
+                on_error=config.on_error,  # type: ignore[arg-type]
+                max_consecutive_failures=config.max_consecutive_failures,
+            )
+        )
         self._prober: Prober | None = None
         if config.probe_backend not in BACKENDS:
-            raise ValueError(f"probe_backend={config.probe_backend!r}; allowed: "
-                             f"{', '.join(BACKENDS)}")
+            raise ValueError(
+                f"probe_backend={config.probe_backend!r}; allowed: {', '.join(BACKENDS)}"
+            )
 
     def close(self) -> None:
         if self._prober is not None:
@@ -163,16 +174,19 @@ class Scanner:
             return self.counter(fields[self.config.caption_field])
         return 0
 
-    def _video_meta(self, url: str, raw: RawSample, vext: str,
-                    fields: dict[str, Any] | None) -> VideoMeta:
+    def _video_meta(
+        self, url: str, raw: RawSample, vext: str, fields: dict[str, Any] | None
+    ) -> VideoMeta:
         if fields is not None:
             return video_meta_from_fields(fields)
         data = raw.payload.get(vext)
         if data is None:
             data = read_members(url, raw.members, [vext])[vext]
         if self._prober is None:
-            self._prober = Prober(self.config.probe_backend,  # type: ignore[arg-type]
-                                  self.config.probe_timeout_s)
+            self._prober = Prober(
+                self.config.probe_backend,  # type: ignore[arg-type]
+                self.config.probe_timeout_s,
+            )
         return self._prober.probe(data)
 
     def record(self, url: str, raw: RawSample) -> SampleRecord:
@@ -184,30 +198,46 @@ class Scanner:
         if vext is not None:
             fields = self._sidecar(raw.payload["json"]) if "json" in raw.payload else None
             meta = self._video_meta(url, raw, vext, fields)
-            vt = self.rule.video(num_frames=meta.num_frames, fps=meta.fps, height=meta.height,
-                                 width=meta.width)
-            return SampleRecord(modality=1, text_tokens=self._caption(raw, fields),
-                                vision_tokens=vt.vision,
-                                special_tokens=vt.special + c.text_special_tokens,
-                                causal=c.video_causal, num_frames=meta.num_frames, fps=meta.fps,
-                                width=meta.width, height=meta.height, **common)
+            vt = self.rule.video(
+                num_frames=meta.num_frames, fps=meta.fps, height=meta.height, width=meta.width
+            )
+            return SampleRecord(
+                modality=1,
+                text_tokens=self._caption(raw, fields),
+                vision_tokens=vt.vision,
+                special_tokens=vt.special + c.text_special_tokens,
+                causal=c.video_causal,
+                num_frames=meta.num_frames,
+                fps=meta.fps,
+                width=meta.width,
+                height=meta.height,
+                **common,
+            )
         iext = next((e for e in IMAGE_EXTS if e in exts), None)
         if iext is not None:
             height, width = image_size(raw.payload[iext])
             fields = self._json(raw.payload["json"]) if "json" in raw.payload else None
             vt = self.rule.image(height=height, width=width)
-            return SampleRecord(modality=2, text_tokens=self._caption(raw, fields),
-                                vision_tokens=vt.vision,
-                                special_tokens=vt.special + c.text_special_tokens,
-                                causal=c.image_causal, width=width, height=height, **common)
+            return SampleRecord(
+                modality=2,
+                text_tokens=self._caption(raw, fields),
+                vision_tokens=vt.vision,
+                special_tokens=vt.special + c.text_special_tokens,
+                causal=c.image_causal,
+                width=width,
+                height=height,
+                **common,
+            )
         if "npy" in exts:
             try:
                 ids = np.load(io.BytesIO(raw.payload["npy"]), allow_pickle=False)
             except (ValueError, OSError, EOFError) as exc:
                 raise ValueError(f".npy token ids do not load ({exc})") from exc
             if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-                raise ValueError(f".npy token ids must be a 1-D integer array, got "
-                                 f"{ids.dtype} with shape {ids.shape}")
+                raise ValueError(
+                    f".npy token ids must be a 1-D integer array, got "
+                    f"{ids.dtype} with shape {ids.shape}"
+                )
             n = int(ids.shape[0])
         elif "txt" in exts:
             n = self.counter(self._text(raw.payload["txt"], ".txt"))
@@ -215,13 +245,23 @@ class Scanner:
             fields = self._json(raw.payload["json"])
             text = fields.get(c.text_field)
             if not isinstance(text, str):
-                raise ValueError(f".json has no string field {c.text_field!r} (fields: "
-                                 f"{sorted(fields)[:8]}); set text_field / --text-field")
+                raise ValueError(
+                    f".json has no string field {c.text_field!r} (fields: "
+                    f"{sorted(fields)[:8]}); set text_field / --text-field"
+                )
             n = self.counter(text)
         else:
-            raise ValueError(f"no payload: members {sorted(exts)} include no text "
-                             f"({', '.join(TEXT_EXTS)}), image or video")
+            raise ValueError(
+                f"no payload: members {sorted(exts)} include no text "
+                f"({', '.join(TEXT_EXTS)}), image or video"
+            )
         if n == 0:
             raise ValueError("empty text (0 tokens); drop the sample from the shard")
-        return SampleRecord(modality=0, text_tokens=n, vision_tokens=0,
-                            special_tokens=c.text_special_tokens, causal=True, **common)
+        return SampleRecord(
+            modality=0,
+            text_tokens=n,
+            vision_tokens=0,
+            special_tokens=c.text_special_tokens,
+            causal=True,
+            **common,
+        )

@@ -76,7 +76,8 @@ def expand_shards(specs: Sequence[str] | str) -> list[str]:
                 urls.append(url)
             else:
                 raise FileNotFoundError(
-                    f"shard {url!r} (from spec {spec!r}) does not exist; check the path or pattern")
+                    f"shard {url!r} (from spec {spec!r}) does not exist; check the path or pattern"
+                )
         if not urls:
             raise FileNotFoundError(f"shard spec {spec!r} matched no files")
         out.extend(urls)
@@ -95,8 +96,9 @@ def shard_fingerprint(url: str) -> str:
     size = os.path.getsize(url)
     h = hashlib.blake2b(str(size).encode(), digest_size=16)
     with open(url, "rb") as f:
-        for start in sorted({0, max(0, size // 2 - FINGERPRINT_BLOCK // 2),
-                             max(0, size - FINGERPRINT_BLOCK)}):
+        for start in sorted(
+            {0, max(0, size // 2 - FINGERPRINT_BLOCK // 2), max(0, size - FINGERPRINT_BLOCK)}
+        ):
             f.seek(start)
             h.update(f.read(FINGERPRINT_BLOCK))
     return h.hexdigest()
@@ -140,8 +142,10 @@ def iter_raw_samples(url: str, load: Callable[[str], bool]) -> Iterator[RawSampl
                 if current is not None:
                     yield current
                     current = None
-                yield BadMember(os.path.basename(url),
-                                f"corrupt or truncated tar after byte {tf.offset} ({exc})")
+                yield BadMember(
+                    os.path.basename(url),
+                    f"corrupt or truncated tar after byte {tf.offset} ({exc})",
+                )
                 return
             if info is None:
                 break
@@ -156,8 +160,11 @@ def iter_raw_samples(url: str, load: Callable[[str], bool]) -> Iterator[RawSampl
                 yield current
                 current = None
             if seekable and info.offset_data + info.size > size:
-                yield BadMember(key, f"member {info.name} truncated: needs "
-                                f"{info.offset_data + info.size} bytes, shard has {size}")
+                yield BadMember(
+                    key,
+                    f"member {info.name} truncated: needs "
+                    f"{info.offset_data + info.size} bytes, shard has {size}",
+                )
                 return
             if current is None:
                 current = RawSample(key=key, members={}, payload={})
@@ -166,8 +173,9 @@ def iter_raw_samples(url: str, load: Callable[[str], bool]) -> Iterator[RawSampl
                 member = tf.extractfile(info)
                 data = member.read() if member is not None else b""
                 if len(data) != info.size:
-                    yield BadMember(key, f"member {info.name} truncated: read {len(data)} of "
-                                    f"{info.size} bytes")
+                    yield BadMember(
+                        key, f"member {info.name} truncated: read {len(data)} of {info.size} bytes"
+                    )
                     return
                 current.payload[ext] = data
         if current is not None:
@@ -179,8 +187,9 @@ def iter_raw_samples(url: str, load: Callable[[str], bool]) -> Iterator[RawSampl
             proc.wait()
 
 
-def read_members(path: str, members: dict[str, tuple[int, int]],
-                 exts: Sequence[str] | None = None) -> dict[str, bytes]:
+def read_members(
+    path: str, members: dict[str, tuple[int, int]], exts: Sequence[str] | None = None
+) -> dict[str, bytes]:
     """Read members by seeking to their data offsets (no tar parsing)."""
     out: dict[str, bytes] = {}
     with open(path, "rb") as f:
@@ -190,7 +199,9 @@ def read_members(path: str, members: dict[str, tuple[int, int]],
             f.seek(offset)
             data = f.read(size)
             if len(data) != size:
-                raise ValueError(f"{path}: member .{ext} at {offset} truncated ({len(data)} "
-                                 f"of {size} bytes); the shard changed, re-run fcp index")
+                raise ValueError(
+                    f"{path}: member .{ext} at {offset} truncated ({len(data)} "
+                    f"of {size} bytes); the shard changed, re-run fcp index"
+                )
             out[ext] = data
     return out

@@ -19,9 +19,13 @@ from .text import TokenCounter
 __all__ = ["stream_records"]
 
 
-def stream_records(shards: Sequence[str] | str, *, config: ScanConfig | None = None,
-                   counter: TokenCounter | Any = None,
-                   skipped: list[SkippedSample] | None = None) -> Iterator[SampleRecord]:
+def stream_records(
+    shards: Sequence[str] | str,
+    *,
+    config: ScanConfig | None = None,
+    counter: TokenCounter | Any = None,
+    skipped: list[SkippedSample] | None = None,
+) -> Iterator[SampleRecord]:
     """Records of every sample of `shards` in order; bad ones follow `config.on_error`.
 
     Pass a list as `skipped` to receive (shard, key, reason) for each skipped sample.

@@ -36,16 +36,29 @@ MTIME = 1_700_000_000.0  # tar member mtime, fixed so that a seed gives byte-ide
 def stdlib_sources() -> list[Path]:
     """Sorted `.py` files of the standard library (site-packages and tests excluded)."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = [p for p in root.rglob("*.py")
-             if "site-packages" not in p.parts and "test" not in p.parts
-             and "tests" not in p.parts and p.is_file()]
+    files = [
+        p
+        for p in root.rglob("*.py")
+        if "site-packages" not in p.parts
+        and "test" not in p.parts
+        and "tests" not in p.parts
+        and p.is_file()
+    ]
     if not files:
         raise FileNotFoundError(f"no .py files under the stdlib directory {root}")
     return sorted(files)
 
 
-def encode_video(num_frames: int, width: int, height: int, fps: int, *, seed: int = 0,
-                 codec: str = "libx264", fmt: str = "mp4") -> bytes:
+def encode_video(
+    num_frames: int,
+    width: int,
+    height: int,
+    fps: int,
+    *,
+    seed: int = 0,
+    codec: str = "libx264",
+    fmt: str = "mp4",
+) -> bytes:
     """A `fmt` file ("mp4", "matroska", "webm") of `num_frames` moving-gradient frames
     (yuv420p, so sides must be even)."""
     import av
@@ -77,15 +90,24 @@ def _duration(rng: np.random.Generator) -> float:
     return 10.0 + float(rng.lognormal(3.23, 1.0))
 
 
-def make_shards(out_dir: str | os.PathLike[str], *, text: int = 0, video: int = 0,
-                seed: int = 0, samples_per_shard: int = 64, time_scale: float = 0.2,
-                sidecar_fraction: float = 0.5) -> list[Path]:
+def make_shards(
+    out_dir: str | os.PathLike[str],
+    *,
+    text: int = 0,
+    video: int = 0,
+    seed: int = 0,
+    samples_per_shard: int = 64,
+    time_scale: float = 0.2,
+    sidecar_fraction: float = 0.5,
+) -> list[Path]:
     """Write `text-NNNNNN.tar` and `video-NNNNNN.tar` shards; returns their paths in order."""
     from webdataset import TarWriter
 
     if text < 0 or video < 0 or samples_per_shard < 1:
-        raise ValueError(f"text={text}, video={video} must be >= 0 and samples_per_shard="
-                         f"{samples_per_shard} >= 1")
+        raise ValueError(
+            f"text={text}, video={video} must be >= 0 and samples_per_shard="
+            f"{samples_per_shard} >= 1"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -119,9 +141,16 @@ def make_shards(out_dir: str | os.PathLike[str], *, text: int = 0, video: int = 
         caption = f"a {w}x{h} clip of {frames} frames of moving gradients, number {i}"
         sample = {"__key__": f"v{i:08d}", "mp4": encode_video(frames, w, h, fps, seed=seed + i)}
         if rng.random() < sidecar_fraction:
-            sample["json"] = msgspec.json.encode({
-                "num_frames": frames, "fps": fps, "width": w, "height": h,
-                "duration": frames / fps, "caption": caption})
+            sample["json"] = msgspec.json.encode(
+                {
+                    "num_frames": frames,
+                    "fps": fps,
+                    "width": w,
+                    "height": h,
+                    "duration": frames / fps,
+                    "caption": caption,
+                }
+            )
         else:
             sample["txt"] = caption.encode("utf-8")
         writer.write(sample)

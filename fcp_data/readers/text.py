@@ -75,8 +75,11 @@ class CallableCounter(TokenCounter):
 
     def __init__(self, fn: Callable[[str], Sequence[int] | int], spec: str = "") -> None:
         self.fn = fn
-        self.spec = spec or f"callable:{getattr(fn, '__module__', '?')}:" \
-                            f"{getattr(fn, '__qualname__', type(fn).__name__)}"
+        self.spec = (
+            spec
+            or f"callable:{getattr(fn, '__module__', '?')}:"
+            f"{getattr(fn, '__qualname__', type(fn).__name__)}"
+        )
 
     def count(self, text: str) -> int:
         out = self.fn(text)
@@ -104,7 +107,8 @@ class HFTokenizerCounter(TokenCounter):
             except ImportError as exc:
                 raise ValueError(
                     f"tokenizer spec {self.spec!r} needs the `tokenizers` package; "
-                    "`pip install tokenizers` or use --tokenizer bytes:4") from exc
+                    "`pip install tokenizers` or use --tokenizer bytes:4"
+                ) from exc
             self._tok = Tokenizer.from_file(self.path)
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
@@ -135,8 +139,10 @@ def as_counter(obj: Any) -> TokenCounter:
         return _EncodeCounter(obj)
     if callable(obj):
         return CallableCounter(obj)
-    raise ValueError(f"cannot count tokens with {type(obj).__name__}; pass a spec string "
-                     "(bytes:4, hf:PATH), a tokenizer with .encode, or a callable")
+    raise ValueError(
+        f"cannot count tokens with {type(obj).__name__}; pass a spec string "
+        "(bytes:4, hf:PATH), a tokenizer with .encode, or a callable"
+    )
 
 
 def load_counter(spec: str | None) -> TokenCounter:
@@ -152,7 +158,8 @@ def load_counter(spec: str | None) -> TokenCounter:
             return RatioCounter(float(rest))
         except ValueError as exc:
             raise ValueError(
-                f"tokenizer spec {spec!r}: ratio must be a number, e.g. bytes:4") from exc
+                f"tokenizer spec {spec!r}: ratio must be a number, e.g. bytes:4"
+            ) from exc
     if kind == "hf":
         return HFTokenizerCounter(rest)
     if kind == "py":
@@ -163,7 +170,8 @@ def load_counter(spec: str | None) -> TokenCounter:
             raise ValueError(f"tokenizer spec {spec!r}: cannot import {module}:{attr}") from exc
         return CallableCounter(fn, spec=spec)
     raise ValueError(
-        f"tokenizer spec {spec!r} not understood; use bytes:R, hf:PATH or py:module:attr")
+        f"tokenizer spec {spec!r} not understood; use bytes:R, hf:PATH or py:module:attr"
+    )
 
 
 def calibrate_ratio(texts: Iterable[str], tokenize: Callable[[str], Sequence[int]]) -> float:

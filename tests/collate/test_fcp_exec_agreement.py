@@ -12,14 +12,21 @@ from fcp_exec import ShardLayout, local_token_index
 
 
 @settings(max_examples=60, deadline=None)
-@given(lens=st.lists(st.integers(1, 200), min_size=1, max_size=5), d=st.integers(1, 6),
-       causal=st.lists(st.booleans(), min_size=5, max_size=5))
+@given(
+    lens=st.lists(st.integers(1, 200), min_size=1, max_size=5),
+    d=st.integers(1, 6),
+    causal=st.lists(st.booleans(), min_size=5, max_size=5),
+)
 def test_pack_matches_fcp_exec_layout(lens: list[int], d: int, causal: list[bool]) -> None:
     seqs = [np.arange(1, L + 1) + 1000 * k for k, L in enumerate(lens)]
     for i in range(d):
         s = pack_shard(seqs, degree=d, index=i)
-        layout = ShardLayout.build(torch.from_numpy(s.cu_seqlens),
-                                   torch.from_numpy(s.cu_seqlens_padded), d, causal[: len(lens)])
+        layout = ShardLayout.build(
+            torch.from_numpy(s.cu_seqlens),
+            torch.from_numpy(s.cu_seqlens_padded),
+            d,
+            causal[: len(lens)],
+        )
         assert layout.num_local_tokens == len(s.tokens)
         assert list(layout.local_offsets) == s.local_cu_seqlens_padded[:-1].tolist()
         # fcp_exec indexes the padded unsharded pack; map our global positions into it

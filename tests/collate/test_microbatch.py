@@ -11,12 +11,20 @@ from fcp_data.planner import CPGroup, Plan, Wave
 
 def _plan() -> Plan:
     g = CPGroup(
-        replicas=(1, 2), degree=2, sequence_ids=(0, 1), seqlens=(10, 5), causal=(True, False),
+        replicas=(1, 2),
+        degree=2,
+        sequence_ids=(0, 1),
+        seqlens=(10, 5),
+        causal=(True, False),
         predicted_time=1.0,
     )
     return Plan(
-        num_replicas=3, waves=(Wave(groups=(g,)),), predicted_time=1.0, lower_bound=0.9,
-        strategy="fcp", winner="test",
+        num_replicas=3,
+        waves=(Wave(groups=(g,)),),
+        predicted_time=1.0,
+        lower_bound=0.9,
+        strategy="fcp",
+        winner="test",
     ).with_digest()
 
 
@@ -25,8 +33,11 @@ def test_microbatch_from_packed_and_packed_seq_params() -> None:
     rp = plan.for_replica(2, 0)
     seqs = [np.arange(1, 11), np.arange(20, 25)]
     mb = MicroBatch.from_packed(
-        pack_shard(seqs, degree=2, index=rp.index_in_group), plan=rp, sample_ids=(7, 3),
-        keys=("a", "b"), global_num_loss_tokens=13,
+        pack_shard(seqs, degree=2, index=rp.index_in_group),
+        plan=rp,
+        sample_ids=(7, 3),
+        keys=("a", "b"),
+        global_num_loss_tokens=13,
     )
     assert mb.tokens.dtype == torch.int64 and mb.cu_seqlens.dtype == torch.int32
     assert mb.cu_seqlens.tolist() == [0, 10, 15]

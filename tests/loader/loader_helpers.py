@@ -62,7 +62,12 @@ def stdlib_texts(n: int, seed: int, max_bytes: int) -> list[str]:
 
 
 def write_text_shards(
-    root: Path, n: int, *, per_shard: int = 20, seed: int = 0, max_bytes: int = 3000,
+    root: Path,
+    n: int,
+    *,
+    per_shard: int = 20,
+    seed: int = 0,
+    max_bytes: int = 3000,
     corrupt: Sequence[int] = (),
 ) -> tuple[list[str], dict[str, bytes]]:
     """Write n .txt samples (`corrupt` positions get invalid utf-8); return urls and bytes."""
@@ -88,8 +93,14 @@ def write_text_shards(
 class TarIndex:
     """A minimal length index over text shards: keys, seqlens, causal, read(i) by tar offset."""
 
-    def __init__(self, urls: Sequence[str], tokenizer: ByteTokenizer, *, full_every: int = 5,
-                 header: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        tokenizer: ByteTokenizer,
+        *,
+        full_every: int = 5,
+        header: dict[str, Any] | None = None,
+    ) -> None:
         self.header = header or {"tokenizer": tokenizer.spec}
         keys, lens, where = [], [], []
         for url in urls:
@@ -114,8 +125,9 @@ class TarIndex:
             return {"txt": f.read(size)}
 
 
-def simple_planner(seqlens, cluster, cost, *, causal=True, strategy="fcp", seed=0,
-                   on_too_long="raise") -> Plan:
+def simple_planner(
+    seqlens, cluster, cost, *, causal=True, strategy="fcp", seed=0, on_too_long="raise"
+) -> Plan:
     """Longest first, smallest degree that fits, short ones packed; waves fill the replicas."""
     n = len(seqlens)
     causal = np.broadcast_to(np.asarray(causal, dtype=bool), (n,))
@@ -145,22 +157,33 @@ def simple_planner(seqlens, cluster, cost, *, causal=True, strategy="fcp", seed=
         if free + d > N:
             waves.append([])
             free = 0
-        waves[-1].append(CPGroup(
-            replicas=tuple(range(free, free + d)), degree=d, sequence_ids=tuple(ids),
-            seqlens=tuple(int(seqlens[j]) for j in ids), causal=tuple(bool(causal[j]) for j in ids),
-            predicted_time=float(cost.group_time([seqlens[j] for j in ids], d)),
-        ))
+        waves[-1].append(
+            CPGroup(
+                replicas=tuple(range(free, free + d)),
+                degree=d,
+                sequence_ids=tuple(ids),
+                seqlens=tuple(int(seqlens[j]) for j in ids),
+                causal=tuple(bool(causal[j]) for j in ids),
+                predicted_time=float(cost.group_time([seqlens[j] for j in ids], d)),
+            )
+        )
         free += d
     waves = [w for w in waves if w]
     t = sum(max(g.predicted_time for g in w) for w in waves)
     return Plan(
-        num_replicas=N, waves=tuple(Wave(groups=tuple(w)) for w in waves), predicted_time=t,
-        lower_bound=t / 2, strategy=strategy, winner="simple", dropped=tuple(sorted(dropped)),
+        num_replicas=N,
+        waves=tuple(Wave(groups=tuple(w)) for w in waves),
+        predicted_time=t,
+        lower_bound=t / 2,
+        strategy=strategy,
+        winner="simple",
+        dropped=tuple(sorted(dropped)),
     ).with_digest()
 
 
-def reassemble(mbs: Sequence[Any]) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray],
-                                             dict[int, np.ndarray]]:
+def reassemble(
+    mbs: Sequence[Any],
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], dict[int, np.ndarray]]:
     """Per sample id: padded tokens, labels and a count of how often each position was seen."""
     toks: dict[int, np.ndarray] = {}
     labs: dict[int, np.ndarray] = {}

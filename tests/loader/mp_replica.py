@@ -42,14 +42,22 @@ def _max_attention_error(mbs: list, index: TarIndex) -> tuple[float, int]:
             continue
         rings += mb.plan.degree > 1
         q, k, v = _qkv(mb.tokens)
-        out = ring_attention(q, k, v, mb.cu_seqlens, mb.cu_seqlens_padded,
-                             ring=mb.plan.group_replicas, causal=mb.causal)
+        out = ring_attention(
+            q,
+            k,
+            v,
+            mb.cu_seqlens,
+            mb.cu_seqlens_padded,
+            ring=mb.plan.group_replicas,
+            causal=mb.causal,
+        )
         lcu = mb.local_cu_seqlens_padded
         for j, sid in enumerate(mb.sample_ids):
             full = torch.tensor(ByteTokenizer()(index.read(sid)["txt"].decode()))
             fq, fk, fv = (t.transpose(0, 1) for t in _qkv(full))
             ref = torch.nn.functional.scaled_dot_product_attention(
-                fq, fk, fv, is_causal=mb.causal[j]).transpose(0, 1)
+                fq, fk, fv, is_causal=mb.causal[j]
+            ).transpose(0, 1)
             a, b = int(lcu[j]), int(lcu[j + 1])
             pos = mb.position_ids[a:b]
             real = pos < len(full)
@@ -58,19 +66,31 @@ def _max_attention_error(mbs: list, index: TarIndex) -> tuple[float, int]:
     return worst, rings
 
 
-def replica_main(replica: int, n: int, urls: list[str], out: str, num_workers: int,
-                 store: str) -> None:
+def replica_main(
+    replica: int, n: int, urls: list[str], out: str, num_workers: int, store: str
+) -> None:
     """One replica: its own index handle and loader; dumps every micro-batch it yielded."""
     index = TarIndex(urls, ByteTokenizer())
     ld = FCPDataLoader(
-        index, cluster=cluster(n), cost=CostModel.from_model("qwen3-1.7b", "cpu"),
-        replica=replica, global_batch_size=16, seed=3, num_workers=num_workers,
-        tokenizer=ByteTokenizer(), options=LoaderOptions(planner=simple_planner),
+        index,
+        cluster=cluster(n),
+        cost=CostModel.from_model("qwen3-1.7b", "cpu"),
+        replica=replica,
+        global_batch_size=16,
+        seed=3,
+        num_workers=num_workers,
+        tokenizer=ByteTokenizer(),
+        options=LoaderOptions(planner=simple_planner),
     )
     mbs = list(ld)
     Path(out).write_bytes(pickle.dumps(mbs))
-    dist.init_process_group("gloo", store=dist.FileStore(store, n), rank=replica, world_size=n,
-                            timeout=datetime.timedelta(seconds=90))
+    dist.init_process_group(
+        "gloo",
+        store=dist.FileStore(store, n),
+        rank=replica,
+        world_size=n,
+        timeout=datetime.timedelta(seconds=90),
+    )
     try:
         err, rings = _max_attention_error(mbs, index)
         Path(out + ".err").write_text(f"{err!r} {rings}")

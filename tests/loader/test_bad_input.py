@@ -9,13 +9,21 @@ from crash_helpers import ExitOn, RaiseOn
 from loader_helpers import ByteTokenizer, TarIndex, cluster, simple_planner, write_text_shards
 
 from fcp_data.loader import FCPDataLoader, LoaderOptions
-from fcp_data.loader_batches import SampleReadError
+from fcp_data.loader.global_batch import SampleReadError
 
 
 def loader(index, cost, *, replica: int = 0, n: int = 4, gbs: int = 16, **kw) -> FCPDataLoader:
     opts = kw.pop("options", None) or LoaderOptions(planner=simple_planner)
-    return FCPDataLoader(index, cluster=cluster(n), cost=cost, replica=replica,
-                         global_batch_size=gbs, num_workers=0, options=opts, **kw)
+    return FCPDataLoader(
+        index,
+        cluster=cluster(n),
+        cost=cost,
+        replica=replica,
+        global_batch_size=gbs,
+        num_workers=0,
+        options=opts,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("gbs", [0, -3])
@@ -37,8 +45,11 @@ def test_index_built_with_another_tokenizer(shards, cost) -> None:
 
 
 def test_index_built_with_another_vision_rule(shards, cost) -> None:
-    idx = TarIndex(shards[0], ByteTokenizer(),
-                   header={"tokenizer": ByteTokenizer.spec, "rule": {"name": "qwen2-vl"}})
+    idx = TarIndex(
+        shards[0],
+        ByteTokenizer(),
+        header={"tokenizer": ByteTokenizer.spec, "rule": {"name": "qwen2-vl"}},
+    )
     with pytest.raises(ValueError, match="vision rule 'qwen2-vl' but the loader has 'qwen3-vl'"):
         loader(idx, cost, tokenizer=ByteTokenizer(), vision_rule="qwen3-vl")
 
@@ -56,8 +67,14 @@ def test_sample_longer_than_the_cluster(index, cost) -> None:
         list(ld)
     mbs, dropped = [], set()
     for r in range(2):
-        ld = loader(index, cost, n=2, replica=r, tokenizer=ByteTokenizer(),
-                    options=LoaderOptions(planner=simple_planner, on_too_long="drop"))
+        ld = loader(
+            index,
+            cost,
+            n=2,
+            replica=r,
+            tokenizer=ByteTokenizer(),
+            options=LoaderOptions(planner=simple_planner, on_too_long="drop"),
+        )
         mbs += list(ld)
         dropped |= {k for m in ld.metrics_history for k, why in m.skipped if "too long" in why}
     long_keys = {str(k) for k, L in zip(index.keys, index.seqlens) if L > 2 * 1100 - 4}
@@ -74,8 +91,13 @@ def test_corrupt_samples_skipped_and_counted_exactly(tmp_path, cost) -> None:
 
     per_replica, skipped = [], []
     for r in range(4):
-        ld = loader(idx, cost, replica=r, tokenizer=ByteTokenizer(),
-                    options=LoaderOptions(planner=simple_planner, on_error="skip"))
+        ld = loader(
+            idx,
+            cost,
+            replica=r,
+            tokenizer=ByteTokenizer(),
+            options=LoaderOptions(planner=simple_planner, on_error="skip"),
+        )
         per_replica.append(list(ld))
         skipped += [k for m in ld.metrics_history for k, _ in m.skipped]
     # each bad sample is reported by every member of its group; the set is exactly the bad ones
@@ -94,9 +116,15 @@ def test_read_error_names_the_key_in_the_training_loop(shards, cost) -> None:
     victim = 11
     marker = shards[1][f"s{victim:05d}"][:24]
     for r in range(4):  # some replica's group holds the victim
-        ld = FCPDataLoader(idx, cluster=cluster(4), cost=cost, replica=r, global_batch_size=16,
-                           num_workers=2, options=LoaderOptions(planner=simple_planner,
-                                                                encode=RaiseOn(marker)))
+        ld = FCPDataLoader(
+            idx,
+            cluster=cluster(4),
+            cost=cost,
+            replica=r,
+            global_batch_size=16,
+            num_workers=2,
+            options=LoaderOptions(planner=simple_planner, encode=RaiseOn(marker)),
+        )
         try:
             list(ld)
         except SampleReadError as e:  # torch re-raises the worker's error in the main process
@@ -110,9 +138,15 @@ def test_worker_crash_does_not_hang(shards, cost) -> None:
     marker = shards[1]["s00011"][:24]
     owners = []
     for r in range(4):
-        ld = FCPDataLoader(idx, cluster=cluster(4), cost=cost, replica=r, global_batch_size=16,
-                           num_workers=2, options=LoaderOptions(planner=simple_planner,
-                                                                encode=ExitOn(marker)))
+        ld = FCPDataLoader(
+            idx,
+            cluster=cluster(4),
+            cost=cost,
+            replica=r,
+            global_batch_size=16,
+            num_workers=2,
+            options=LoaderOptions(planner=simple_planner, encode=ExitOn(marker)),
+        )
         t0 = time.monotonic()
         try:
             list(ld)

@@ -34,17 +34,24 @@ def test_image_samples_collate_with_pixels(tmp_path, cost) -> None:
         for i, (h, wd) in enumerate(sizes):
             w.write({"__key__": f"i{i}", "png": _png(h, wd, i), "txt": f"picture {i}".encode()})
             w.write({"__key__": f"t{i}", "txt": ("words " * (20 * i + 3)).encode()})
-    index = build_index(url, tmp_path / "index", counter=CallableCounter(
-        ByteTokenizer(), spec=ByteTokenizer.spec))
+    index = build_index(
+        url, tmp_path / "index", counter=CallableCounter(ByteTokenizer(), spec=ByteTokenizer.spec)
+    )
     rule = get_rule(index.header.rule["name"])
     cap = int(index.seqlens.max()) // 2 + 16  # the largest image needs both replicas
     mbs, pixels_for = [], {}
     for r in range(2):
-        ld = FCPDataLoader(index, cluster=Cluster(2, tokens_per_replica=cap), cost=cost,
-                           replica=r, global_batch_size=6, num_workers=0,
-                           tokenizer=ByteTokenizer(), vision_rule=rule,
-                           options=LoaderOptions(eod_id=EOD, special_token_id=SPECIAL,
-                                                 vision_token_id=VISION))
+        ld = FCPDataLoader(
+            index,
+            cluster=Cluster(2, tokens_per_replica=cap),
+            cost=cost,
+            replica=r,
+            global_batch_size=6,
+            num_workers=0,
+            tokenizer=ByteTokenizer(),
+            vision_rule=rule,
+            options=LoaderOptions(eod_id=EOD, special_token_id=SPECIAL, vision_token_id=VISION),
+        )
         for mb in ld:
             mbs.append(mb)
             for vi in mb.vision:
@@ -58,8 +65,9 @@ def test_image_samples_collate_with_pixels(tmp_path, cost) -> None:
         assert (seen[i][: int(index.seqlens[i])] == 1).all()
         L = int(index.seqlens[i])
         t = toks[i][:L]
-        assert (t[: vt.special] == SPECIAL).all() and (t[vt.special : vt.special + vt.vision]
-                                                        == VISION).all()
+        assert (t[: vt.special] == SPECIAL).all() and (
+            t[vt.special : vt.special + vt.vision] == VISION
+        ).all()
         for px in pixels_for[i]:  # every owner decoded the whole image at the rule's size
             assert px.shape == (1, *vt.resized, 3) and str(px.dtype) == "torch.uint8"
     assert any(len(v) == 2 for v in pixels_for.values()), "no image was split: vacuous"

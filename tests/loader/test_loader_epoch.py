@@ -19,12 +19,27 @@ from fcp_data.collate import IGNORE_INDEX
 from fcp_data.loader import FCPDataLoader, LoaderOptions
 
 
-def make_loaders(index, cost, n: int, *, num_workers: int = 0, gbs: int = 16, seed: int = 3,
-                 tokens: int = 1100, **opts) -> list[FCPDataLoader]:
+def make_loaders(
+    index,
+    cost,
+    n: int,
+    *,
+    num_workers: int = 0,
+    gbs: int = 16,
+    seed: int = 3,
+    tokens: int = 1100,
+    **opts,
+) -> list[FCPDataLoader]:
     return [
         FCPDataLoader(
-            index, cluster=cluster(n, tokens), cost=cost, replica=r, global_batch_size=gbs,
-            seed=seed, num_workers=num_workers, tokenizer=ByteTokenizer(),
+            index,
+            cluster=cluster(n, tokens),
+            cost=cost,
+            replica=r,
+            global_batch_size=gbs,
+            seed=seed,
+            num_workers=num_workers,
+            tokenizer=ByteTokenizer(),
             options=LoaderOptions(planner=simple_planner, **opts),
         )
         for r in range(n)
@@ -96,9 +111,19 @@ def test_workers_match_inline(index, cost) -> None:
     assert len(inline) == len(worker) > 0
     for a, b in zip(inline, worker):
         assert (a.batch_index, a.wave, a.digest, a.sample_ids) == (
-            b.batch_index, b.wave, b.digest, b.sample_ids)
-        for f in ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_padded",
-                  "local_cu_seqlens"):
+            b.batch_index,
+            b.wave,
+            b.digest,
+            b.sample_ids,
+        )
+        for f in (
+            "tokens",
+            "labels",
+            "loss_mask",
+            "position_ids",
+            "cu_seqlens_padded",
+            "local_cu_seqlens",
+        ):
             assert getattr(a, f).equal(getattr(b, f)), f
 
 

@@ -20,9 +20,17 @@ def test_replicas_in_separate_processes(shards, tmp_path) -> None:
     procs = []
     for r in range(N):
         # replica 1 plans in DataLoader workers inside its process, the others inline
-        p = ctx.Process(target=replica_main,
-                        args=(r, N, shards[0], str(tmp_path / f"r{r}.pkl"), 2 if r == 1 else 0,
-                              str(tmp_path / "store")))
+        p = ctx.Process(
+            target=replica_main,
+            args=(
+                r,
+                N,
+                shards[0],
+                str(tmp_path / f"r{r}.pkl"),
+                2 if r == 1 else 0,
+                str(tmp_path / "store"),
+            ),
+        )
         p.start()
         procs.append(p)
     for p in procs:

@@ -22,8 +22,9 @@ def real_index(tmp_path_factory):
     from fcp_data.readers.text import CallableCounter
 
     root = tmp_path_factory.mktemp("real")
-    paths = make_shards(root / "shards", text=40, video=4, seed=0, samples_per_shard=16,
-                        time_scale=0.05)
+    paths = make_shards(
+        root / "shards", text=40, video=4, seed=0, samples_per_shard=16, time_scale=0.05
+    )
     counter = CallableCounter(ByteTokenizer(), spec=ByteTokenizer.spec)
     return build_index([str(p) for p in paths], root / "index", counter=counter)
 
@@ -32,9 +33,15 @@ def _loaders(index, cost, **kw):
     cap = int(index.seqlens.max()) // N + 64  # the longest sample needs all 4 replicas
     return [
         FCPDataLoader(
-            index.path, cluster=Cluster(N, tokens_per_replica=cap), cost=cost, replica=r,
-            global_batch_size=16, seed=5, num_workers=kw.get("num_workers", 0),
-            tokenizer=ByteTokenizer(), vision_rule=index.header.rule["name"],
+            index.path,
+            cluster=Cluster(N, tokens_per_replica=cap),
+            cost=cost,
+            replica=r,
+            global_batch_size=16,
+            seed=5,
+            num_workers=kw.get("num_workers", 0),
+            tokenizer=ByteTokenizer(),
+            vision_rule=index.header.rule["name"],
             options=LoaderOptions(eod_id=EOD, special_token_id=SPECIAL, vision_token_id=VISION),
         )
         for r in range(N)
@@ -51,11 +58,15 @@ def _expected(index, i: int) -> np.ndarray:
 
     cap = sample["txt"].decode() if "txt" in sample else json.loads(sample["json"])["caption"]
     vt = get_rule(index.header.rule["name"]).video(
-        num_frames=int(index.num_frames[i]), fps=float(index.fps[i]),
-        height=int(index.height[i]), width=int(index.width[i]))
+        num_frames=int(index.num_frames[i]),
+        fps=float(index.fps[i]),
+        height=int(index.height[i]),
+        width=int(index.width[i]),
+    )
     eod = int(index.special_tokens[i]) - vt.special
-    return np.array([SPECIAL] * vt.special + [VISION] * int(index.vision_tokens[i]) + tok(cap)
-                    + [EOD] * eod)
+    return np.array(
+        [SPECIAL] * vt.special + [VISION] * int(index.vision_tokens[i]) + tok(cap) + [EOD] * eod
+    )
 
 
 def test_real_planner_and_index_epoch(real_index, cost) -> None:
@@ -100,8 +111,12 @@ def test_video_frames_decoded_only_where_their_tokens_are(real_index, cost) -> N
 
     rule = get_rule(real_index.header.rule["name"])
     for v in videos:  # across its CP group, every temporal group of every video was decoded
-        vt = rule.video(num_frames=int(real_index.num_frames[v]), fps=float(real_index.fps[v]),
-                        height=int(real_index.height[v]), width=int(real_index.width[v]))
+        vt = rule.video(
+            num_frames=int(real_index.num_frames[v]),
+            fps=float(real_index.fps[v]),
+            height=int(real_index.height[v]),
+            width=int(real_index.width[v]),
+        )
         assert groups_seen[v] == set(range(vt.grid[0]))
 
 
@@ -112,11 +127,19 @@ def test_real_index_rejects_other_tokenizer_or_rule(real_index, cost) -> None:
         spec = "bytes:4"
 
     with pytest.raises(ValueError, match="built with tokenizer 'test:bytes\\+1' but the loader"):
-        FCPDataLoader(real_index, cluster=cl, cost=cost, replica=0, global_batch_size=8,
-                      tokenizer=Other())
+        FCPDataLoader(
+            real_index, cluster=cl, cost=cost, replica=0, global_batch_size=8, tokenizer=Other()
+        )
     with pytest.raises(ValueError, match=r"rule 'qwen2\.5-vl' but the loader has 'internvl'"):
-        FCPDataLoader(real_index, cluster=cl, cost=cost, replica=0, global_batch_size=8,
-                      tokenizer=ByteTokenizer(), vision_rule="internvl")
+        FCPDataLoader(
+            real_index,
+            cluster=cl,
+            cost=cost,
+            replica=0,
+            global_batch_size=8,
+            tokenizer=ByteTokenizer(),
+            vision_rule="internvl",
+        )
 
 
 @pytest.mark.parametrize("new_n", [3, 6])
@@ -126,10 +149,18 @@ def test_real_planner_elastic_resume(real_index, cost, new_n: int) -> None:
         ids: dict[int, set[int]] = {}
         states = []
         for r in range(n):
-            ld = FCPDataLoader(real_index, cluster=Cluster(n, tokens_per_replica=cap), cost=cost,
-                               replica=r, global_batch_size=12, seed=1, num_workers=0,
-                               tokenizer=ByteTokenizer(), vision_rule="qwen2.5-vl",
-                               options=LoaderOptions(eod_id=EOD))
+            ld = FCPDataLoader(
+                real_index,
+                cluster=Cluster(n, tokens_per_replica=cap),
+                cost=cost,
+                replica=r,
+                global_batch_size=12,
+                seed=1,
+                num_workers=0,
+                tokenizer=ByteTokenizer(),
+                vision_rule="qwen2.5-vl",
+                options=LoaderOptions(eod_id=EOD),
+            )
             if state:
                 ld.load_state_dict(state)
             for mb in ld:
@@ -152,11 +183,18 @@ def test_shards_without_index_are_scanned(real_index, cost) -> None:
     for mb in _loaders(real_index, cost)[0]:
         by_index.setdefault(mb.batch_index, set()).update(str(k) for k in mb.keys)
     cap = int(real_index.seqlens.max()) // N + 64
-    ld = FCPDataLoader(shards, cluster=Cluster(N, tokens_per_replica=cap), cost=cost, replica=0,
-                       global_batch_size=16, seed=5, num_workers=0, tokenizer=ByteTokenizer(),
-                       vision_rule="qwen2.5-vl",
-                       options=LoaderOptions(eod_id=EOD, special_token_id=SPECIAL,
-                                             vision_token_id=VISION))
+    ld = FCPDataLoader(
+        shards,
+        cluster=Cluster(N, tokens_per_replica=cap),
+        cost=cost,
+        replica=0,
+        global_batch_size=16,
+        seed=5,
+        num_workers=0,
+        tokenizer=ByteTokenizer(),
+        vision_rule="qwen2.5-vl",
+        options=LoaderOptions(eod_id=EOD, special_token_id=SPECIAL, vision_token_id=VISION),
+    )
     np.testing.assert_array_equal(ld.source.seqlens, real_index.seqlens)
     by_scan = {}
     for mb in ld:
@@ -170,10 +208,12 @@ def test_corrupt_corpus_skipped_and_counted_exactly(tmp_path, cost) -> None:
     from fcp_data.readers import ScanConfig, build_index
     from fcp_data.readers.text import CallableCounter
 
-    bad = {"b-json": {"json": b"{not json"}, "b-empty": {"txt": b""},
-           "b-video": {"mp4": b"\x00\x01 not a video"},
-           "b-fps": {"mp4": b"x", "json": b'{"num_frames": 10, "fps": 0, "width": 64, '
-                                         b'"height": 64}'}}
+    bad = {
+        "b-json": {"json": b"{not json"},
+        "b-empty": {"txt": b""},
+        "b-video": {"mp4": b"\x00\x01 not a video"},
+        "b-fps": {"mp4": b"x", "json": b'{"num_frames": 10, "fps": 0, "width": 64, "height": 64}'},
+    }
     url = str(tmp_path / "mixed.tar")
     with TarWriter(url) as w:
         for i in range(24):
@@ -182,13 +222,24 @@ def test_corrupt_corpus_skipped_and_counted_exactly(tmp_path, cost) -> None:
                 k = sorted(bad)[i // 6]
                 w.write({"__key__": k, **bad[k]})
     counter = CallableCounter(ByteTokenizer(), spec=ByteTokenizer.spec)
-    index = build_index(url, tmp_path / "index", counter=counter,
-                        config=ScanConfig(on_error="skip", probe_timeout_s=10))
+    index = build_index(
+        url,
+        tmp_path / "index",
+        counter=counter,
+        config=ScanConfig(on_error="skip", probe_timeout_s=10),
+    )
     seen = set()
     for r in range(2):
-        ld = FCPDataLoader(index, cluster=Cluster(2, tokens_per_replica=2000), cost=cost,
-                           replica=r, global_batch_size=8, num_workers=0,
-                           tokenizer=ByteTokenizer(), options=LoaderOptions(eod_id=EOD))
+        ld = FCPDataLoader(
+            index,
+            cluster=Cluster(2, tokens_per_replica=2000),
+            cost=cost,
+            replica=r,
+            global_batch_size=8,
+            num_workers=0,
+            tokenizer=ByteTokenizer(),
+            options=LoaderOptions(eod_id=EOD),
+        )
         assert sorted(k for k, _ in ld.source_skipped) == sorted(bad)  # exactly the bad ones
         seen |= {k for mb in ld for k in mb.keys}
     assert seen == {f"g{i:03d}" for i in range(24)}
@@ -199,11 +250,18 @@ def test_spawned_workers_match_inline(real_index, cost) -> None:
     cap = int(real_index.seqlens.max()) // N + 64
 
     def run(workers: int, ctx: str | None) -> list:
-        ld = FCPDataLoader(real_index, cluster=Cluster(N, tokens_per_replica=cap), cost=cost,
-                           replica=1, global_batch_size=16, seed=5, num_workers=workers,
-                           tokenizer=ByteTokenizer(), vision_rule="qwen2.5-vl",
-                           options=LoaderOptions(eod_id=EOD, multiprocessing_context=ctx,
-                                                 timeout_s=120))
+        ld = FCPDataLoader(
+            real_index,
+            cluster=Cluster(N, tokens_per_replica=cap),
+            cost=cost,
+            replica=1,
+            global_batch_size=16,
+            seed=5,
+            num_workers=workers,
+            tokenizer=ByteTokenizer(),
+            vision_rule="qwen2.5-vl",
+            options=LoaderOptions(eod_id=EOD, multiprocessing_context=ctx, timeout_s=120),
+        )
         return [(mb.digest, mb.sample_ids, mb.tokens.tolist(), len(mb.vision)) for mb in ld]
 
     inline = run(0, None)
@@ -217,10 +275,19 @@ def test_baseline_strategies_and_drops(real_index, cost, strategy: str) -> None:
     too_long = {str(real_index.keys[i]) for i in np.argsort(real_index.seqlens)[-2:]}
     seen, dropped = set(), set()
     for r in range(N):
-        ld = FCPDataLoader(real_index, cluster=Cluster(N, tokens_per_replica=cap), cost=cost,
-                           replica=r, global_batch_size=16, seed=5, num_workers=0,
-                           tokenizer=ByteTokenizer(), vision_rule="qwen2.5-vl", strategy=strategy,
-                           options=LoaderOptions(eod_id=EOD, on_too_long="drop"))
+        ld = FCPDataLoader(
+            real_index,
+            cluster=Cluster(N, tokens_per_replica=cap),
+            cost=cost,
+            replica=r,
+            global_batch_size=16,
+            seed=5,
+            num_workers=0,
+            tokenizer=ByteTokenizer(),
+            vision_rule="qwen2.5-vl",
+            strategy=strategy,
+            options=LoaderOptions(eod_id=EOD, on_too_long="drop"),
+        )
         seen |= {k for mb in ld for k in mb.keys}
         dropped |= {k for m in ld.metrics_history for k, why in m.skipped if "too long" in why}
     assert dropped == too_long

@@ -9,8 +9,15 @@ from test_loader_epoch import make_loaders
 
 
 def key(mb) -> tuple:
-    return (mb.epoch, mb.batch_index, mb.wave, mb.digest, mb.sample_ids, mb.tokens.tolist(),
-            mb.position_ids.tolist())
+    return (
+        mb.epoch,
+        mb.batch_index,
+        mb.wave,
+        mb.digest,
+        mb.sample_ids,
+        mb.tokens.tolist(),
+        mb.position_ids.tolist(),
+    )
 
 
 def test_resume_at_several_points_equals_uninterrupted(index, cost) -> None:

@@ -7,14 +7,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fcp_data.loader_sampler import GlobalBatchSampler
+from fcp_data.loader.sampler import GlobalBatchSampler
 
 
 @settings(max_examples=100, deadline=None)
-@given(n=st.integers(1, 500), g=st.integers(1, 64), seed=st.integers(0, 2**32 - 1),
-       epoch=st.integers(0, 1000), drop_last=st.booleans())
-def test_batches_partition_the_epoch(n: int, g: int, seed: int, epoch: int,
-                                     drop_last: bool) -> None:
+@given(
+    n=st.integers(1, 500),
+    g=st.integers(1, 64),
+    seed=st.integers(0, 2**32 - 1),
+    epoch=st.integers(0, 1000),
+    drop_last=st.booleans(),
+)
+def test_batches_partition_the_epoch(
+    n: int, g: int, seed: int, epoch: int, drop_last: bool
+) -> None:
     if drop_last and n < g:
         with pytest.raises(ValueError, match="leaves no batch"):
             GlobalBatchSampler(num_samples=n, global_batch_size=g, drop_last=drop_last)

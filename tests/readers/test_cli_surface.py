@@ -22,26 +22,43 @@ def _options(name: str) -> set[str]:
 
 def test_index_options_frozen() -> None:
     assert _options("index") == {
-        "-h", "--help", "-o", "--output", "--vision-rule", "--rule-option", "--tokenizer",
-        "--text-field", "--video-attention", "--on-error", "--max-consecutive-failures",
-        "--probe-backend", "--probe-timeout", "--workers"}
+        "-h",
+        "--help",
+        "-o",
+        "--output",
+        "--vision-rule",
+        "--rule-option",
+        "--tokenizer",
+        "--text-field",
+        "--video-attention",
+        "--on-error",
+        "--max-consecutive-failures",
+        "--probe-backend",
+        "--probe-timeout",
+        "--workers",
+    }
 
 
 def test_make_shards_options_frozen() -> None:
     assert _options("make-shards") == {
-        "-h", "--help", "--text", "--video", "--seed", "--samples-per-shard", "--time-scale"}
+        "-h",
+        "--help",
+        "--text",
+        "--video",
+        "--seed",
+        "--samples-per-shard",
+        "--time-scale",
+    }
 
 
 def test_rule_option_needs_key_value(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     from fcp_data.cli import main
 
-    assert main(["index", str(tmp_path), "-o", str(tmp_path / "i"),
-                 "--rule-option", "oops"]) == 2
+    assert main(["index", str(tmp_path), "-o", str(tmp_path / "i"), "--rule-option", "oops"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
 
 
-@given(w=st.integers(1, 6000), h=st.integers(1, 6000), lo=st.integers(1, 4),
-       hi=st.integers(4, 12))
+@given(w=st.integers(1, 6000), h=st.integers(1, 6000), lo=st.integers(1, 4), hi=st.integers(4, 12))
 def test_internvl_grid_within_bounds(w: int, h: int, lo: int, hi: int) -> None:
     cols, rows = closest_grid(w, h, min_num=lo, max_num=hi)
     assert lo <= cols * rows <= hi or (cols, rows) == (1, 1)

@@ -23,9 +23,9 @@ def _wds_samples(paths: list[Path]) -> list[dict]:
     return list(ds)
 
 
-def test_index_matches_webdataset_order_and_bytes(built_index: LengthIndex,
-                                                  shard_paths: list[Path],
-                                                  counts: dict[str, int]) -> None:
+def test_index_matches_webdataset_order_and_bytes(
+    built_index: LengthIndex, shard_paths: list[Path], counts: dict[str, int]
+) -> None:
     N_TEXT, N_VIDEO = counts["text"], counts["video"]
     ref = _wds_samples(shard_paths)
     assert len(built_index) == len(ref) == N_TEXT + N_VIDEO
@@ -129,14 +129,26 @@ def test_callable_tokenizer_and_workers(shard_paths: list[Path], tmp_path: Path)
         assert one.text_tokens[0] == len(body.decode().split())
 
 
-def test_cli_index_full_attention_and_internvl(shard_dir: Path, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str],
-                                               counts: dict[str, int]) -> None:
+def test_cli_index_full_attention_and_internvl(
+    shard_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], counts: dict[str, int]
+) -> None:
     N_TEXT, N_VIDEO = counts["text"], counts["video"]
     out = tmp_path / "cli_idx"
-    rc = main(["index", str(shard_dir / "text-{000000..000002}.tar"),
-               str(shard_dir / "video-*.tar"), "-o", str(out), "--vision-rule", "internvl",
-               "--rule-option", "num_frames=4", "--video-attention", "full"])
+    rc = main(
+        [
+            "index",
+            str(shard_dir / "text-{000000..000002}.tar"),
+            str(shard_dir / "video-*.tar"),
+            "-o",
+            str(out),
+            "--vision-rule",
+            "internvl",
+            "--rule-option",
+            "num_frames=4",
+            "--video-attention",
+            "full",
+        ]
+    )
     assert rc == 0
     idx = LengthIndex.open(out, expect_rule="internvl")
     assert len(idx) == N_TEXT + N_VIDEO
@@ -171,15 +183,20 @@ def test_decode_index_video_matches_planned_tokens(built_index: LengthIndex) -> 
         # Qwen: (T / 2 temporal groups) x (H/14 x W/14 patches) / (2x2 merge)
         assert idx.vision_tokens[i] == (t // 2) * (h // 14) * (w // 14) // 4
         assert c == 3 and t % 2 == 0
-        vt = rule.video(num_frames=int(idx.num_frames[i]), fps=float(idx.fps[i]),
-                        height=int(idx.height[i]), width=int(idx.width[i]))
+        vt = rule.video(
+            num_frames=int(idx.num_frames[i]),
+            fps=float(idx.fps[i]),
+            height=int(idx.height[i]),
+            width=int(idx.width[i]),
+        )
         assert (h, w) == vt.resized
     with pytest.raises(ValueError, match="not video"):
         decode_index_video(idx, 0)
 
 
-def test_build_refuses_to_replace_a_non_index_directory(shard_paths: list[Path],
-                                                        tmp_path: Path) -> None:
+def test_build_refuses_to_replace_a_non_index_directory(
+    shard_paths: list[Path], tmp_path: Path
+) -> None:
     precious = tmp_path / "mydata"
     precious.mkdir()
     (precious / "notes.txt").write_text("keep me")

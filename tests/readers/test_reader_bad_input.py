@@ -42,8 +42,7 @@ def bad_shard(tmp_path_factory: pytest.TempPathFactory) -> str:
         {"__key__": "ok2", "txt": GOOD_TEXT},
         {"__key__": "zero_fps", "mp4": mp4, "json": _sidecar(**{**good_meta, "fps": 0})},
         {"__key__": "ok3", "txt": GOOD_TEXT},
-        {"__key__": "neg_frames", "mp4": mp4,
-         "json": _sidecar(**{**good_meta, "num_frames": -5})},
+        {"__key__": "neg_frames", "mp4": mp4, "json": _sidecar(**{**good_meta, "num_frames": -5})},
         {"__key__": "ok4", "txt": GOOD_TEXT},
         {"__key__": "missing", "mp4": mp4, "json": _sidecar(fps=10)},
         {"__key__": "ok5", "txt": GOOD_TEXT},
@@ -86,27 +85,38 @@ def test_raise_policy_survives_the_process_pool(bad_shard: str, tmp_path: Path) 
     other = tmp_path / "other.tar"
     other.write_bytes(Path(bad_shard).read_bytes())
     with pytest.raises(SampleError, match="empty text") as info:
-        build_index([bad_shard, str(other)], tmp_path / "i",
-                    config=ScanConfig(on_error="raise"), workers=2)
+        build_index(
+            [bad_shard, str(other)], tmp_path / "i", config=ScanConfig(on_error="raise"), workers=2
+        )
     assert info.value.key == "empty"  # the pickled error keeps its fields
 
 
 def test_consecutive_failures_raise(tmp_path: Path) -> None:
-    shard = _write(tmp_path / "s.tar", [{"__key__": f"e{i}", "txt": b""} for i in range(5)]
-                   + [{"__key__": "ok", "txt": GOOD_TEXT}])
+    shard = _write(
+        tmp_path / "s.tar",
+        [{"__key__": f"e{i}", "txt": b""} for i in range(5)]
+        + [{"__key__": "ok", "txt": GOOD_TEXT}],
+    )
     with pytest.raises(TooManyFailures, match="5 consecutive"):
         list(stream_records(shard, config=ScanConfig(max_consecutive_failures=5)))
     skipped: list = []
-    records = list(stream_records(shard, config=ScanConfig(max_consecutive_failures=6),
-                                  skipped=skipped))
+    records = list(
+        stream_records(shard, config=ScanConfig(max_consecutive_failures=6), skipped=skipped)
+    )
     assert [r.key for r in records] == ["ok"] and len(skipped) == 5
 
 
 def test_consecutive_failures_span_shards(tmp_path: Path) -> None:
-    a = _write(tmp_path / "a.tar", [{"__key__": "ok", "txt": GOOD_TEXT}]
-               + [{"__key__": f"e{i}", "txt": b""} for i in range(2)])
-    b = _write(tmp_path / "b.tar", [{"__key__": f"f{i}", "txt": b""} for i in range(2)]
-               + [{"__key__": "ok2", "txt": GOOD_TEXT}])
+    a = _write(
+        tmp_path / "a.tar",
+        [{"__key__": "ok", "txt": GOOD_TEXT}]
+        + [{"__key__": f"e{i}", "txt": b""} for i in range(2)],
+    )
+    b = _write(
+        tmp_path / "b.tar",
+        [{"__key__": f"f{i}", "txt": b""} for i in range(2)]
+        + [{"__key__": "ok2", "txt": GOOD_TEXT}],
+    )
     cfg = ScanConfig(max_consecutive_failures=4)
     with pytest.raises(TooManyFailures, match="4 consecutive"):
         build_index([a, b], tmp_path / "i", config=cfg)  # one scanner sees both shards

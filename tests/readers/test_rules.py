@@ -46,8 +46,9 @@ def test_qwen3_exact_text_counter_is_used() -> None:
         seen.append(text)
         return 10
 
-    vt = get_rule("qwen3-vl", text_counter=counter).video(num_frames=40, fps=10, height=64,
-                                                          width=64)
+    vt = get_rule("qwen3-vl", text_counter=counter).video(
+        num_frames=40, fps=10, height=64, width=64
+    )
     # 8 frames at linspace(0, 39, 8).round(): the first pair is frames 0 and 6 -> t = 0.3 s
     assert seen[0] == "<0.3 seconds>" and len(seen) == vt.grid[0] == 4
     assert vt.special == vt.grid[0] * 12
@@ -93,8 +94,7 @@ def test_images_qwen_and_internvl() -> None:
 
 
 def test_internvl_video_fixed_frames() -> None:
-    vt = get_rule("internvl", num_frames=8).video(num_frames=300, fps=30, height=720,
-                                                  width=1280)
+    vt = get_rule("internvl", num_frames=8).video(num_frames=300, fps=30, height=720, width=1280)
     assert vt.vision == 8 * 256 == 2048
     assert len(set(vt.frame_indices)) == 8 and max(vt.frame_indices) < 300
     # 2 markers per frame + "Frame-i: " (5 tokens for i < 10) + 7 newlines
@@ -123,16 +123,20 @@ def test_unknown_rule_and_setting_errors_name_the_choices() -> None:
 def test_smart_resize_invariants(h: int, w: int, factor: int) -> None:
     if max(h, w) / min(h, w) > 200:
         with pytest.raises(ValueError, match="aspect ratio"):
-            smart_resize(h, w, factor=factor, min_pixels=4 * factor**2,
-                         max_pixels=16384 * factor**2)
+            smart_resize(
+                h, w, factor=factor, min_pixels=4 * factor**2, max_pixels=16384 * factor**2
+            )
         return
     lo, hi = 4 * factor**2, 16384 * factor**2
     rh, rw = smart_resize(h, w, factor=factor, min_pixels=lo, max_pixels=hi)
     assert rh % factor == 0 and rw % factor == 0 and rh >= factor and rw >= factor
     assert rh * rw <= hi
     # aspect ratio kept to within one factor step on each side
-    assert abs(rh / rw - h / w) <= (h / w) * (factor / rw + factor / rh) + factor / rw + 1e-9 or \
-        rh == factor or rw == factor
+    assert (
+        abs(rh / rw - h / w) <= (h / w) * (factor / rw + factor / rh) + factor / rw + 1e-9
+        or rh == factor
+        or rw == factor
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -146,8 +150,13 @@ def test_smart_nframes_invariants(n: int, fps: float) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(n=st.integers(2, 20_000), fps=st.floats(5.0, 60.0), h=st.integers(16, 2160),
-       w=st.integers(16, 3840), name=st.sampled_from(["qwen2.5-vl", "qwen3-vl"]))
+@given(
+    n=st.integers(2, 20_000),
+    fps=st.floats(5.0, 60.0),
+    h=st.integers(16, 2160),
+    w=st.integers(16, 3840),
+    name=st.sampled_from(["qwen2.5-vl", "qwen3-vl"]),
+)
 def test_video_tokens_within_budget(n: int, fps: float, h: int, w: int, name: str) -> None:
     if max(h, w) / min(h, w) > 200:
         return

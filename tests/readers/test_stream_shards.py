@@ -78,8 +78,9 @@ def test_npy_json_and_image_samples(tmp_path: Path) -> None:
         w.write({"__key__": "a", "npy": npy.getvalue()})
         w.write({"__key__": "b", "json": b'{"body": "abcdefgh"}'})
         w.write({"__key__": "c", "png": buf.getvalue(), "txt": b"a caption"})
-    recs = list(stream_records(str(path), config=ScanConfig(text_field="body",
-                                                            vision_rule="qwen2-vl")))
+    recs = list(
+        stream_records(str(path), config=ScanConfig(text_field="body", vision_rule="qwen2-vl"))
+    )
     a, b, c = recs
     assert a.text_tokens == 77 and a.modality == 0
     assert b.text_tokens == 2  # 8 bytes / 4
@@ -123,18 +124,35 @@ def test_make_shards_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_cli_make_shards(tmp_path: Path) -> None:
-    assert main(["make-shards", str(tmp_path / "o"), "--text", "5", "--video", "2",
-                 "--samples-per-shard", "4"]) == 0
+    assert (
+        main(
+            [
+                "make-shards",
+                str(tmp_path / "o"),
+                "--text",
+                "5",
+                "--video",
+                "2",
+                "--samples-per-shard",
+                "4",
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in (tmp_path / "o").glob("*.tar")) == [
-        "text-000000.tar", "text-000001.tar", "video-000000.tar"]
+        "text-000000.tar",
+        "text-000001.tar",
+        "video-000000.tar",
+    ]
 
 
 _EXT = st.sampled_from(["txt", "json", "mp4", "cls", "npy", "seg.cls"])
 _SAMPLE = st.dictionaries(_EXT, st.binary(max_size=1500), min_size=1, max_size=4)
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(samples=st.lists(_SAMPLE, min_size=1, max_size=12))
 def test_scan_offsets_round_trip_any_tar(tmp_path: Path, samples: list[dict[str, bytes]]) -> None:
     """Whatever webdataset writes, scanning finds every member at the right offset."""

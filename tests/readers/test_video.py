@@ -53,8 +53,10 @@ def test_probe_reports_undecodable_bytes(prober_pyav: Prober) -> None:
 
 
 def test_sidecar_validation_messages() -> None:
-    meta, caption = parse_sidecar(b'{"num_frames": 30, "fps": 10, "width": 64, "height": 48,'
-                                  b' "duration": 3.0, "caption": "hi"}')
+    meta, caption = parse_sidecar(
+        b'{"num_frames": 30, "fps": 10, "width": 64, "height": 48,'
+        b' "duration": 3.0, "caption": "hi"}'
+    )
     assert meta.num_frames == 30 and caption == "hi"
     derived = video_meta_from_fields({"fps": 25, "width": 8, "height": 8, "duration": 2.0})
     assert derived.num_frames == 50
@@ -62,8 +64,7 @@ def test_sidecar_validation_messages() -> None:
         ({"fps": 0, "width": 8, "height": 8, "num_frames": 3}, "fps=0"),
         ({"fps": 10, "width": 8, "height": 8, "num_frames": -1}, "num_frames=-1"),
         ({"fps": 10, "width": 0, "height": 8, "num_frames": 3}, "size 0x8"),
-        ({"fps": 10, "width": 8, "height": 8, "num_frames": 100, "duration": 1.0},
-         "inconsistent"),
+        ({"fps": 10, "width": 8, "height": 8, "num_frames": 100, "duration": 1.0}, "inconsistent"),
         ({"fps": "ten", "width": 8, "height": 8, "num_frames": 3}, "fps='ten'"),
         ({"width": 8}, "lacks fps, height, num_frames"),
     ]:
@@ -98,8 +99,9 @@ def test_decode_as_the_rule_samples_and_token_range(clip: bytes) -> None:
     assert full.shape == (len(vt.frame_indices), *vt.resized, 3)
     assert full.shape[1] % 28 == 0 and full.shape[2] % 28 == 0
     per = vt.vision // vt.grid[0]
-    part = decode_sample_video(clip, rule, num_frames=24, fps=12, height=64, width=96,
-                               token_range=(per, per + 1))
+    part = decode_sample_video(
+        clip, rule, num_frames=24, fps=12, height=64, width=96, token_range=(per, per + 1)
+    )
     assert part.shape[0] == 2  # one temporal group = 2 frames
     assert torch.equal(part, full[2:4])
     assert groups_for_token_range(vt, 0, vt.vision) == range(vt.grid[0])

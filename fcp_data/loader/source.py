@@ -40,31 +40,50 @@ class ScannedSource:
         self.keys = np.array([r.key for r in records])
         self.seqlens = np.array([r.seqlen for r in records], dtype=np.int64)
         self.causal = np.array([r.causal for r in records], dtype=bool)
-        for name in ("modality", "text_tokens", "vision_tokens", "special_tokens",
-                     "num_frames", "width", "height"):
+        for name in (
+            "modality",
+            "text_tokens",
+            "vision_tokens",
+            "special_tokens",
+            "num_frames",
+            "width",
+            "height",
+        ):
             setattr(self, name, np.array([getattr(r, name) for r in records], dtype=np.int64))
         self.fps = np.array([r.fps for r in records], dtype=np.float64)
 
     @classmethod
-    def scan(cls, shards: Sequence[str] | str, *, tokenizer: Any = None,
-             vision_rule: str | None = None, config: Any = None) -> ScannedSource:
+    def scan(
+        cls,
+        shards: Sequence[str] | str,
+        *,
+        tokenizer: Any = None,
+        vision_rule: str | None = None,
+        config: Any = None,
+    ) -> ScannedSource:
         """Scan shard specs (paths, globs, braces, pipe:) with the readers' Scanner."""
         import msgspec
 
-        from .readers import ScanConfig, stream_records
-        from .readers.text import CallableCounter, TokenCounter
+        from ..readers import ScanConfig, stream_records
+        from ..readers.text import CallableCounter, TokenCounter
 
         cfg = config or ScanConfig()
         if vision_rule is not None and isinstance(vision_rule, str):
             cfg = msgspec.structs.replace(cfg, vision_rule=vision_rule)
         counter = None
         if tokenizer is not None:
-            counter = tokenizer if isinstance(tokenizer, TokenCounter) else CallableCounter(
-                tokenizer, spec=getattr(tokenizer, "spec", ""))
+            counter = (
+                tokenizer
+                if isinstance(tokenizer, TokenCounter)
+                else CallableCounter(tokenizer, spec=getattr(tokenizer, "spec", ""))
+            )
         skipped: list[Any] = []
         records = list(stream_records(shards, config=cfg, counter=counter, skipped=skipped))
-        header = {"tokenizer": getattr(counter, "spec", None) or cfg.tokenizer,
-                  "rule": {"name": cfg.vision_rule}, "scan": cfg}
+        header = {
+            "tokenizer": getattr(counter, "spec", None) or cfg.tokenizer,
+            "rule": {"name": cfg.vision_rule},
+            "scan": cfg,
+        }
         return cls(records, header, skipped)
 
     def read(self, i: int) -> dict[str, bytes]:
@@ -72,7 +91,7 @@ class ScannedSource:
 
 
 def _is_index(path: str | os.PathLike[str]) -> bool:
-    from .readers.index_format import HEADER_NAME
+    from ..readers.index_format import HEADER_NAME
 
     return (Path(path) / HEADER_NAME).is_file()
 
@@ -80,7 +99,7 @@ def _is_index(path: str | os.PathLike[str]) -> bool:
 def open_source(source: Any, *, tokenizer: Any = None, vision_rule: Any = None) -> Any:
     """A LengthIndex for an index directory; shards (specs) are scanned; objects pass through."""
     if isinstance(source, (str, os.PathLike)) and _is_index(source):
-        from .readers import LengthIndex
+        from ..readers import LengthIndex
 
         return LengthIndex.open(source)
     if isinstance(source, (str, os.PathLike)) or (
@@ -134,7 +153,7 @@ def resolve_rule(source: Any, rule: Any) -> Any:
     has_media = hasattr(source, "modality") and bool(np.any(np.asarray(source.modality) != 0))
     if name is None or not has_media:
         return None
-    from .readers import get_rule
+    from ..readers import get_rule
 
     scan = _header_value(source, "scan")
     overrides = dict(getattr(scan, "rule_overrides", None) or {}) if rule is None else {}

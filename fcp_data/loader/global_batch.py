@@ -14,16 +14,17 @@ from typing import Literal
 
 import numpy as np
 
-from .collate import MicroBatch, VisionInput, pack_shard
-from .loader_encode import CustomEncoder, EncodedSample, SampleEncoder
-from .loader_sampler import GlobalBatchSampler
-from .loader_types import BatchMetrics, SampleSource
-from .planner import Cluster, CostModel, Plan
+from ..collate import MicroBatch, VisionInput, pack_shard
+from ..errors import DataError
+from ..planner import Cluster, CostModel, Plan
+from .encode import CustomEncoder, EncodedSample, SampleEncoder
+from .sampler import GlobalBatchSampler
+from .types import BatchMetrics, SampleSource
 
 __all__ = ["BatchBuilder", "PlannedBatch", "SampleReadError"]
 
 
-class SampleReadError(RuntimeError):
+class SampleReadError(DataError):
     """A sample of the plan could not be read or tokenized; names the key and index position."""
 
     def __init__(self, key: str, index: int | None = None, reason: str | None = None) -> None:
@@ -72,8 +73,13 @@ class BatchBuilder:
         seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
         causal = np.asarray(self.source.causal)[ids].astype(bool)
         return self.planner(
-            seqlens, self.cluster, self.cost, causal=causal, strategy=self.strategy,
-            seed=self.sampler.seed, on_too_long=self.on_too_long,
+            seqlens,
+            self.cluster,
+            self.cost,
+            causal=causal,
+            strategy=self.strategy,
+            seed=self.sampler.seed,
+            on_too_long=self.on_too_long,
         )
 
     def _read(self, pos: int, planned: int) -> tuple[EncodedSample, str | None]:
@@ -88,7 +94,8 @@ class BatchBuilder:
             return EncodedSample(tokens=pad), f"{type(e).__name__}: {e}"
         if len(enc.tokens) != planned:
             raise SampleReadError(
-                key, pos,
+                key,
+                pos,
                 f"tokenized to {len(enc.tokens)} tokens but the index says {planned}: the index "
                 "was built with another tokenizer or vision rule than the loader's; rebuild it "
                 "(fcp index --tokenizer ...) or pass the tokenizer it was built with",
@@ -99,9 +106,11 @@ class BatchBuilder:
         """Keys this replica reads in a global batch (to name suspects when a worker dies)."""
         ids = self.sampler.batch(epoch, batch_index)
         plan = self.plan(ids)
-        return [str(self.source.keys[int(ids[s])])
-                for w in range(plan.num_waves)
-                for s in plan.for_replica(self.replica, w).sequence_ids]
+        return [
+            str(self.source.keys[int(ids[s])])
+            for w in range(plan.num_waves)
+            for s in plan.for_replica(self.replica, w).sequence_ids
+        ]
 
     def build(self, epoch: int, batch_index: int, order: np.ndarray | None = None) -> PlannedBatch:
         ids = self.sampler.batch(epoch, batch_index, order)
@@ -121,10 +130,15 @@ class BatchBuilder:
             rp = plan.for_replica(self.replica, w)
             rings = tuple(g.replicas for g in plan.waves[w].groups)
             if rp.is_empty:
-                mbs.append(MicroBatch.empty(
-                    rp, global_num_loss_tokens=global_loss, wave_groups=rings, epoch=epoch,
-                    batch_index=batch_index,
-                ))
+                mbs.append(
+                    MicroBatch.empty(
+                        rp,
+                        global_num_loss_tokens=global_loss,
+                        wave_groups=rings,
+                        epoch=epoch,
+                        batch_index=batch_index,
+                    )
+                )
                 continue
             pos = tuple(int(ids[s]) for s in rp.sequence_ids)
             keys = tuple(str(self.source.keys[p]) for p in pos)
@@ -136,29 +150,53 @@ class BatchBuilder:
                 if reason is not None:
                     bad.append((k, reason))
             packed = pack_shard(
-                [e.tokens for e in encs], degree=rp.degree, index=rp.index_in_group,
-                pad_id=self.pad_id, masked=masked,
+                [e.tokens for e in encs],
+                degree=rp.degree,
+                index=rp.index_in_group,
+                pad_id=self.pad_id,
+                masked=masked,
             )
             vision: list[VisionInput] = []
             for j, enc in enumerate(encs):
                 vi = self.encoder.vision_input(
-                    enc, sample_id=pos[j], key=keys[j], held=packed.global_positions[j],
+                    enc,
+                    sample_id=pos[j],
+                    key=keys[j],
+                    held=packed.global_positions[j],
                     offset=int(packed.local_cu_seqlens_padded[j]),
                 )
                 if vi is not None:
                     vision.append(vi)
             skipped.extend(bad)
-            mbs.append(MicroBatch.from_packed(
-                packed, plan=rp, sample_ids=pos, keys=keys, global_num_loss_tokens=global_loss,
-                wave_groups=rings, epoch=epoch, batch_index=batch_index, skipped=tuple(bad),
-                vision=tuple(vision),
-            ))
+            mbs.append(
+                MicroBatch.from_packed(
+                    packed,
+                    plan=rp,
+                    sample_ids=pos,
+                    keys=keys,
+                    global_num_loss_tokens=global_loss,
+                    wave_groups=rings,
+                    epoch=epoch,
+                    batch_index=batch_index,
+                    skipped=tuple(bad),
+                    vision=tuple(vision),
+                )
+            )
         metrics = BatchMetrics(
-            epoch=epoch, batch_index=batch_index, num_sequences=len(ids),
-            num_tokens=int(seqlens.sum()), num_waves=plan.num_waves,
-            degrees=tuple(plan.degrees), predicted_time=float(plan.predicted_time),
-            lower_bound=float(plan.lower_bound), winner=plan.winner, planning_s=planning_s,
-            load_s=time.perf_counter() - t1, digest=plan.digest, skipped=tuple(skipped),
+            epoch=epoch,
+            batch_index=batch_index,
+            num_sequences=len(ids),
+            num_tokens=int(seqlens.sum()),
+            num_waves=plan.num_waves,
+            degrees=tuple(plan.degrees),
+            predicted_time=float(plan.predicted_time),
+            lower_bound=float(plan.lower_bound),
+            winner=plan.winner,
+            planning_s=planning_s,
+            load_s=time.perf_counter() - t1,
+            digest=plan.digest,
+            skipped=tuple(skipped),
         )
-        return PlannedBatch(epoch=epoch, batch_index=batch_index, micro_batches=mbs,
-                            metrics=metrics)
+        return PlannedBatch(
+            epoch=epoch, batch_index=batch_index, micro_batches=mbs, metrics=metrics
+        )

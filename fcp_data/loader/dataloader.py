@@ -34,13 +34,13 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from .collate import MicroBatch
-from .loader_batches import BatchBuilder, PlannedBatch, SampleReadError
-from .loader_encode import CustomEncoder, SampleEncoder, Tokenizer
-from .loader_sampler import GlobalBatchSampler
-from .loader_source import check_source_matches, open_source, resolve_rule, source_skipped
-from .loader_types import BatchMetrics, LoaderState, SampleSource
-from .planner import Cluster, CostModel
+from ..collate import MicroBatch
+from ..planner import Cluster, CostModel
+from .encode import CustomEncoder, SampleEncoder, Tokenizer
+from .global_batch import BatchBuilder, PlannedBatch, SampleReadError
+from .sampler import GlobalBatchSampler
+from .source import check_source_matches, open_source, resolve_rule, source_skipped
+from .types import BatchMetrics, LoaderState, SampleSource
 
 __all__ = ["FCPDataLoader", "LoaderOptions"]
 
@@ -99,7 +99,7 @@ class FCPDataLoader:
     """Yields this replica's MicroBatch for every wave of every global batch, in order.
 
     `source`: a length index (`fcp_data.readers.LengthIndex` or its directory) or shard specs
-    (scanned once into an in-memory index, see loader_source). `replica` is this
+    (scanned once into an in-memory index, see loader.source). `replica` is this
     replica's index in [0, cluster.num_replicas); every replica builds its own loader with the
     same arguments but its replica index, and all of them agree on every plan (MicroBatch.digest).
     `tokenizer` turns text into ids and must be the one the index was counted with (its `spec`
@@ -137,18 +137,22 @@ class FCPDataLoader:
         if self.source_skipped:
             logging.getLogger(__name__).warning(
                 "%d samples were left out of the source (corrupt, empty or undecodable), e.g. %s",
-                len(self.source_skipped), self.source_skipped[:3],
+                len(self.source_skipped),
+                self.source_skipped[:3],
             )
         check_source_matches(src, tokenizer, vision_rule)
         self.cluster, self.cost, self.replica = cluster, cost, int(replica)
         self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
         self.sampler = GlobalBatchSampler(
-            num_samples=len(src.seqlens), global_batch_size=global_batch_size, seed=seed,
-            drop_last=opts.drop_last, shuffle=opts.shuffle,
+            num_samples=len(src.seqlens),
+            global_batch_size=global_batch_size,
+            seed=seed,
+            drop_last=opts.drop_last,
+            shuffle=opts.shuffle,
         )
         planner = opts.planner
         if planner is None:
-            from .planner import plan_global_batch  # type: ignore[attr-defined]
+            from ..planner import plan_global_batch  # type: ignore[attr-defined]
 
             planner = plan_global_batch
         encoder: SampleEncoder | CustomEncoder
@@ -156,15 +160,27 @@ class FCPDataLoader:
             encoder = CustomEncoder(fn=opts.encode)
         else:
             encoder = SampleEncoder(
-                tokenizer=tokenizer, rule=resolve_rule(src, vision_rule),
-                text_field=opts.text_field, caption_field=opts.caption_field,
-                eod_id=opts.eod_id, special_token_id=opts.special_token_id,
-                vision_token_id=opts.vision_token_id, decode_backend=opts.decode_backend,
+                tokenizer=tokenizer,
+                rule=resolve_rule(src, vision_rule),
+                text_field=opts.text_field,
+                caption_field=opts.caption_field,
+                eod_id=opts.eod_id,
+                special_token_id=opts.special_token_id,
+                vision_token_id=opts.vision_token_id,
+                decode_backend=opts.decode_backend,
             )
         self._builder = BatchBuilder(
-            source=src, sampler=self.sampler, cluster=cluster, cost=cost, replica=self.replica,
-            planner=planner, encoder=encoder, strategy=strategy, on_too_long=opts.on_too_long,
-            on_error=opts.on_error, pad_id=opts.pad_id,
+            source=src,
+            sampler=self.sampler,
+            cluster=cluster,
+            cost=cost,
+            replica=self.replica,
+            planner=planner,
+            encoder=encoder,
+            strategy=strategy,
+            on_too_long=opts.on_too_long,
+            on_error=opts.on_error,
+            pad_id=opts.pad_id,
         )
         self._epoch, self._batch, self._wave = 0, 0, 0
         self.metrics: BatchMetrics | None = None
@@ -198,12 +214,18 @@ class FCPDataLoader:
     def state_dict(self) -> dict[str, int]:
         """Where the next micro-batch comes from: a few integers, no sample buffers."""
         s = LoaderState(
-            epoch=self._epoch, batch=self._batch, wave=self._wave, seed=self.sampler.seed,
+            epoch=self._epoch,
+            batch=self._batch,
+            wave=self._wave,
+            seed=self.sampler.seed,
             global_batch_size=self.sampler.global_batch_size,
-            num_samples=self.sampler.num_samples, num_replicas=self.cluster.num_replicas,
+            num_samples=self.sampler.num_samples,
+            num_replicas=self.cluster.num_replicas,
         )
-        return {k: int(v) for k, v in zip(s.__struct_fields__, (getattr(s, f) for f in
-                                                                 s.__struct_fields__))}
+        return {
+            k: int(v)
+            for k, v in zip(s.__struct_fields__, (getattr(s, f) for f in s.__struct_fields__))
+        }
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Resume exactly (same cluster) or elastically (other replica count: same samples)."""
@@ -234,8 +256,11 @@ class FCPDataLoader:
             wave = 0
         if s.seed != self.sampler.seed:
             self.sampler = GlobalBatchSampler(
-                num_samples=self.sampler.num_samples, global_batch_size=g, seed=s.seed,
-                drop_last=self.sampler.drop_last, shuffle=self.sampler.shuffle,
+                num_samples=self.sampler.num_samples,
+                global_batch_size=g,
+                seed=s.seed,
+                drop_last=self.sampler.drop_last,
+                shuffle=self.sampler.shuffle,
             )
             self._builder.sampler = self.sampler
         self._epoch, self._batch, self._wave = s.epoch, batch, wave
@@ -256,9 +281,13 @@ class FCPDataLoader:
             self._builder.plan(self.sampler.batch(epoch, start))
             self._warm = True
         dl = DataLoader(
-            ds, batch_size=None, num_workers=min(self.num_workers, max(stop - start, 1)),
-            prefetch_factor=self.prefetch_factor, collate_fn=_identity,
-            pin_memory=opts.pin_memory, timeout=opts.timeout_s,
+            ds,
+            batch_size=None,
+            num_workers=min(self.num_workers, max(stop - start, 1)),
+            prefetch_factor=self.prefetch_factor,
+            collate_fn=_identity,
+            pin_memory=opts.pin_memory,
+            timeout=opts.timeout_s,
             multiprocessing_context=opts.multiprocessing_context,
         )
         pending: dict[int, PlannedBatch] = {}
@@ -285,8 +314,10 @@ class FCPDataLoader:
         keys: list[str] = []
         for b in range(first, last):
             keys += self._builder.own_keys(epoch, b)
-        return (f"{err}\nwhile loading global batches {first}..{last - 1} of epoch {epoch} on "
-                f"replica {self.replica}; this replica's samples there: {keys[:32]}")
+        return (
+            f"{err}\nwhile loading global batches {first}..{last - 1} of epoch {epoch} on "
+            f"replica {self.replica}; this replica's samples there: {keys[:32]}"
+        )
 
     def __iter__(self) -> Iterator[MicroBatch]:
         epoch, start, skip = self._epoch, self._batch, self._wave
@@ -296,9 +327,17 @@ class FCPDataLoader:
             self.metrics_history.append(m)
             log.info(
                 "epoch %d batch %d: %d seqs, %d tokens, %d waves, degrees %s, predicted %.4gs "
-                "(%.3fx bound), planned in %.1f ms, %d skipped", m.epoch, m.batch_index,
-                m.num_sequences, m.num_tokens, m.num_waves, list(m.degrees), m.predicted_time,
-                m.ratio_to_bound, 1e3 * m.planning_s, len(m.skipped),
+                "(%.3fx bound), planned in %.1f ms, %d skipped",
+                m.epoch,
+                m.batch_index,
+                m.num_sequences,
+                m.num_tokens,
+                m.num_waves,
+                list(m.degrees),
+                m.predicted_time,
+                m.ratio_to_bound,
+                1e3 * m.planning_s,
+                len(m.skipped),
             )
             n = len(pb.micro_batches)
             for w in range(skip, n):

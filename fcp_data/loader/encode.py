@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .collate import VisionInput
+from ..collate import VisionInput
 
 __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
 
@@ -106,9 +106,12 @@ class SampleEncoder:
         if self.rule is None:
             raise ValueError("a media sample needs vision_rule= on the loader (the index's rule)")
         if modality == VIDEO:
-            vt = self.rule.video(num_frames=int(source.num_frames[pos]),
-                                 fps=float(source.fps[pos]), height=int(source.height[pos]),
-                                 width=int(source.width[pos]))
+            vt = self.rule.video(
+                num_frames=int(source.num_frames[pos]),
+                fps=float(source.fps[pos]),
+                height=int(source.height[pos]),
+                width=int(source.width[pos]),
+            )
             exts = VIDEO_EXTS
         else:
             vt = self.rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
@@ -117,14 +120,22 @@ class SampleEncoder:
         if ext is None:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
         eod = max(0, special - vt.special) if hasattr(source, "special_tokens") else 0
-        tokens = np.concatenate([
-            np.full(vt.special, self.special_token_id), np.full(vt.vision, self.vision_token_id),
-            self.caption_ids(sample), np.full(eod, self.eod_id),
-        ]).astype(np.int64)
+        tokens = np.concatenate(
+            [
+                np.full(vt.special, self.special_token_id),
+                np.full(vt.vision, self.vision_token_id),
+                self.caption_ids(sample),
+                np.full(eod, self.eod_id),
+            ]
+        ).astype(np.int64)
         media = sample[ext]
-        return EncodedSample(tokens=tokens, vision_start=vt.special, vision=vt,
-                             video=media if modality == VIDEO else None,
-                             image=media if modality == IMAGE else None)
+        return EncodedSample(
+            tokens=tokens,
+            vision_start=vt.special,
+            vision=vt,
+            video=media if modality == VIDEO else None,
+            image=media if modality == IMAGE else None,
+        )
 
     def vision_input(
         self, enc: EncodedSample, *, sample_id: int, key: str, held: np.ndarray, offset: int
@@ -139,32 +150,42 @@ class SampleEncoder:
             return None
         if enc.image is not None:  # one image: decoded whole by every owner of a placeholder
             return VisionInput(
-                sample_id=sample_id, key=key, groups=torch.zeros(1, dtype=torch.int64),
+                sample_id=sample_id,
+                key=key,
+                groups=torch.zeros(1, dtype=torch.int64),
                 frame_indices=torch.zeros(1, dtype=torch.int64),
                 pixels=_decode_image(enc.image, vt.resized),
                 token_positions=torch.from_numpy(offset + mine),
                 token_group=torch.zeros(mine.size, dtype=torch.int64),
-                meta={"grid": tuple(vt.grid), "resized": tuple(vt.resized),
-                      "frames_per_group": 1},
+                meta={"grid": tuple(vt.grid), "resized": tuple(vt.resized), "frames_per_group": 1},
             )
-        from .readers import decode_frames
+        from ..readers import decode_frames
 
         groups_total = max(1, int(vt.grid[0]))
         per_group = vt.vision // groups_total
         frames_per_group = max(1, len(vt.frame_indices) // groups_total)
         token_group = k[mine] // per_group
         groups = np.unique(token_group)
-        frames = [vt.frame_indices[g * frames_per_group + j]
-                  for g in groups for j in range(frames_per_group)
-                  if g * frames_per_group + j < len(vt.frame_indices)]
+        frames = [
+            vt.frame_indices[g * frames_per_group + j]
+            for g in groups
+            for j in range(frames_per_group)
+            if g * frames_per_group + j < len(vt.frame_indices)
+        ]
         pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend)
         return VisionInput(
-            sample_id=sample_id, key=key, groups=torch.from_numpy(groups),
-            frame_indices=torch.tensor(frames, dtype=torch.int64), pixels=pixels,
+            sample_id=sample_id,
+            key=key,
+            groups=torch.from_numpy(groups),
+            frame_indices=torch.tensor(frames, dtype=torch.int64),
+            pixels=pixels,
             token_positions=torch.from_numpy(offset + mine),
             token_group=torch.from_numpy(np.searchsorted(groups, token_group)),
-            meta={"grid": tuple(vt.grid), "resized": tuple(vt.resized),
-                  "frames_per_group": frames_per_group},
+            meta={
+                "grid": tuple(vt.grid),
+                "resized": tuple(vt.resized),
+                "frames_per_group": frames_per_group,
+            },
         )
 
 
