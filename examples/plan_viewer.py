@@ -1,6 +1,6 @@
 """Plan viewer: FCP beside static CP and megatron-core's hybrid CP on one global batch.
 
-    python examples/plan_viewer.py --profile github --batch 512 -o out/plan.png
+    python examples/plan_viewer.py --distribution github --batch 512 -o out/plan.png
     python examples/plan_viewer.py --index out/demo/index --replicas 8 --tokens-per-replica 4096
     python examples/plan_viewer.py --shards 'shards/text-{000000..000003}.tar' --replicas 8
     python examples/plan_viewer.py --plan plan.json        # a plan saved by `fcp plan -o`
@@ -78,7 +78,7 @@ class Bar:
 
 
 def load_batch(args: argparse.Namespace) -> Batch:
-    """The batch named by --plan, --index, --shards or the synthetic --profile (in that order)."""
+    """The batch named by --plan, --index, --shards or --distribution (in that order)."""
     if args.plan is not None:
         plan = Plan.from_json(Path(args.plan).read_bytes())
         n = max(plan.sequence_ids(), default=-1) + 1
@@ -117,7 +117,7 @@ def load_batch(args: argparse.Namespace) -> Batch:
             label=f"{label}, global batch {args.batch_index}",
         )
     lens = lengths_from_args(args)
-    label = f"lengths {args.lengths}" if args.lengths else f"synthetic {args.profile}"
+    label = f"lengths {args.lengths}" if args.lengths else f"synthetic {args.distribution}"
     return Batch(seqlens=lens, causal=np.ones(lens.size, bool), label=label)
 
 
@@ -326,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="plan_viewer", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     add_problem_args(p)
-    src = p.add_argument_group("other sources (override --lengths / --profile)")
+    src = p.add_argument_group("other sources (override --lengths / --distribution)")
     src.add_argument("--index", type=Path, help="length index directory (`fcp index`)")
     src.add_argument("--shards", nargs="+", help="shard specs, scanned in memory")
     src.add_argument(

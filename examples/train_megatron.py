@@ -204,7 +204,7 @@ def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> 
     records: list[dict] = []
     loss_sum, busy, t_step = torch.zeros(()), 0.0, time.perf_counter()
     for mb in _epochs(loader):
-        with cp_context(mb.plan, groups=cache, wave_rings=mb.wave_groups, verify=not records):
+        with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups, verify=not records):
             if not mb.is_empty:
                 t0 = time.perf_counter()
                 out = model(

@@ -4,7 +4,7 @@ Per global batch, every rank (all of them, same order) creates the plan's groups
 the RankPlan's group is bound and attention runs over its ring:
 
     cache = CPGroupCache(ReplicaRanks(world_size=W, tensor_parallel=TP, pipeline_parallel=PP))
-    cache.prepare_plan(plan)                      # or cp_context(..., wave_rings=...)
+    cache.prepare_plan(plan)                      # or cp_context(..., wave_groups=...)
     with cp_context(rank_plan, groups=cache) as cp:
         out = ring_attention(q, k, v, cu_seqlens, cu_seqlens_padded, ring=cp.ring, causal=flags)
 

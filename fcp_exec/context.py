@@ -68,19 +68,19 @@ def cp_context(
     rank_plan: RankPlan,
     *,
     groups: CPGroupCache,
-    wave_rings: Sequence[Sequence[int]] | None = None,
+    wave_groups: Sequence[Sequence[int]] | None = None,
     verify: bool = False,
 ) -> Iterator[CPBinding]:
     """Bind `rank_plan`'s CP group into megatron-core for one micro-batch.
 
-    groups: the cache holding the wave's groups; wave_rings: every group's replicas for this
+    groups: the cache holding the wave's groups; wave_groups: every group's replicas for this
     wave (then the cache is prepared here, a collective every rank must enter, empty plans
     included); verify: all-gather plan digests first (debug mode, also collective).
     """
     if verify:
         verify_plan_digest(rank_plan)
-    if wave_rings is not None:
-        groups.prepare(wave_rings)
+    if wave_groups is not None:
+        groups.prepare(wave_groups)
     rank = dist.get_rank() if dist.is_initialized() else 0
     if rank_plan.is_empty:
         yield CPBinding(rank_plan, (), -1, None, None)

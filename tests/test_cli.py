@@ -32,7 +32,7 @@ def test_simulate_json_has_every_strategy(capsys):
         main(
             [
                 "simulate",
-                "--profile",
+                "--distribution",
                 "c4",
                 "--batch",
                 "64",

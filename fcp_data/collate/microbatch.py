@@ -65,10 +65,10 @@ class MicroBatch:
     sample_ids: tuple[int, ...]
     keys: tuple[str, ...]
     causal: tuple[bool, ...]
-    plan: RankPlan
+    rank_plan: RankPlan
     global_num_loss_tokens: int
     wave_groups: tuple[tuple[int, ...], ...] = ()
-    """Replicas of every CP group of this wave (fcp_exec.cp_context's `wave_rings`)."""
+    """Replicas of every CP group of this wave (what fcp_exec.cp_context prepares)."""
     epoch: int = 0
     batch_index: int = 0
     vision: tuple[VisionInput, ...] = ()
@@ -78,19 +78,19 @@ class MicroBatch:
     # ---- views -------------------------------------------------------------------------
     @property
     def is_empty(self) -> bool:
-        return self.plan.is_empty
+        return self.rank_plan.is_empty
 
     @property
     def wave(self) -> int:
-        return self.plan.wave
+        return self.rank_plan.wave
 
     @property
     def is_last_wave(self) -> bool:
-        return self.plan.is_last_wave
+        return self.rank_plan.is_last_wave
 
     @property
     def digest(self) -> str:
-        return self.plan.digest
+        return self.rank_plan.digest
 
     @property
     def num_tokens(self) -> int:
@@ -107,7 +107,7 @@ class MicroBatch:
         cls,
         packed: PackedShard,
         *,
-        plan: RankPlan,
+        rank_plan: RankPlan,
         sample_ids: tuple[int, ...],
         keys: tuple[str, ...],
         global_num_loss_tokens: int,
@@ -133,8 +133,8 @@ class MicroBatch:
             local_max_seqlen=packed.local_max_seqlen,
             sample_ids=sample_ids,
             keys=keys,
-            causal=tuple(bool(c) for c in plan.causal),
-            plan=plan,
+            causal=tuple(bool(c) for c in rank_plan.causal),
+            rank_plan=rank_plan,
             global_num_loss_tokens=global_num_loss_tokens,
             wave_groups=wave_groups,
             epoch=epoch,
@@ -146,7 +146,7 @@ class MicroBatch:
     @classmethod
     def empty(
         cls,
-        plan: RankPlan,
+        rank_plan: RankPlan,
         *,
         global_num_loss_tokens: int,
         wave_groups: tuple[tuple[int, ...], ...] = (),
@@ -170,7 +170,7 @@ class MicroBatch:
             sample_ids=(),
             keys=(),
             causal=(),
-            plan=plan,
+            rank_plan=rank_plan,
             global_num_loss_tokens=global_num_loss_tokens,
             wave_groups=wave_groups,
             epoch=epoch,
@@ -206,7 +206,7 @@ class MicroBatch:
             cu_seqlens_kv_padded=self.cu_seqlens_padded,
             max_seqlen_q=self.max_seqlen,
             max_seqlen_kv=self.max_seqlen,
-            local_cp_size=max(self.plan.degree, 1),
+            local_cp_size=max(self.rank_plan.degree, 1),
             cp_group=cp_group,
         )
 

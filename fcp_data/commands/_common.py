@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..planner import DEVICES, MODELS, PROFILES, Cluster, CostModel, generate_lengths
+from ..planner import DEVICES, DISTRIBUTIONS, MODELS, Cluster, CostModel, generate_lengths
 
 __all__ = ["add_problem_args", "cluster_from_args", "cost_from_args", "lengths_from_args"]
 
@@ -21,16 +21,16 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         help="file of token counts: .npy, .json list, or text (one per line)",
     )
     src.add_argument(
-        "--profile",
-        choices=sorted(PROFILES),
+        "--distribution",
+        choices=sorted(DISTRIBUTIONS),
         default="github",
-        help="synthetic length profile (default: github)",
+        help="synthetic length distribution (default: github)",
     )
     src.add_argument(
         "--batch",
         type=int,
         default=512,
-        help="sequences per global batch for --profile (default 512)",
+        help="sequences per global batch for --distribution (default 512)",
     )
     src.add_argument("--seed", type=int, default=0, help="seed of the length generator (default 0)")
     cl = p.add_argument_group("cluster and cost")
@@ -71,7 +71,7 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
 
 def lengths_from_args(args: argparse.Namespace) -> np.ndarray:
     if args.lengths is None:
-        return generate_lengths(args.profile, args.batch, seed=args.seed)
+        return generate_lengths(args.distribution, args.batch, seed=args.seed)
     path: Path = args.lengths
     if not path.exists():
         raise FileNotFoundError(f"--lengths {path} does not exist")

@@ -9,7 +9,7 @@ num_workers=0 the same code runs inline and yields identical micro-batches.
                            global_batch_size=256, tokenizer=tok, vision_rule="qwen2.5-vl")
     loader.load_state_dict(ckpt["loader"])           # exact or elastic resume
     for mb in loader:
-        with fcp_exec.cp_context(mb.plan, groups=cache, wave_rings=mb.wave_groups) as cp:
+        with fcp_exec.cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
             if not mb.is_empty:                     # an empty wave is a no-op
                 mb = mb.to(device)
                 loss = (model(mb.tokens, mb.position_ids, labels=mb.labels,

@@ -171,7 +171,7 @@ class BatchBuilder:
             mbs.append(
                 MicroBatch.from_packed(
                     packed,
-                    plan=rp,
+                    rank_plan=rp,
                     sample_ids=pos,
                     keys=keys,
                     global_num_loss_tokens=global_loss,

@@ -7,15 +7,15 @@ environment, so every replica computes the same plan from the same lengths.
 from .api import STRATEGIES, plan_global_batch
 from .cluster import Cluster
 from .cost import CostModel, padded_length
-from .generators import PROFILES, generate_lengths
+from .generators import DISTRIBUTIONS, generate_lengths
 from .plan import CPGroup, Plan, RankPlan, Wave, structure_digest
 from .presets import DEVICES, MODELS, DeviceSpec, ModelSpec
 from .simulate import Score, lower_bound_of, score_plan
 
 __all__ = [
     "DEVICES",
+    "DISTRIBUTIONS",
     "MODELS",
-    "PROFILES",
     "STRATEGIES",
     "CPGroup",
     "Cluster",

@@ -34,7 +34,7 @@ def test_microbatch_from_packed_and_packed_seq_params() -> None:
     seqs = [np.arange(1, 11), np.arange(20, 25)]
     mb = MicroBatch.from_packed(
         pack_shard(seqs, degree=2, index=rp.index_in_group),
-        plan=rp,
+        rank_plan=rp,
         sample_ids=(7, 3),
         keys=("a", "b"),
         global_num_loss_tokens=13,
@@ -50,7 +50,7 @@ def test_microbatch_from_packed_and_packed_seq_params() -> None:
     assert torch.equal(p.cu_seqlens_kv_padded, mb.cu_seqlens_padded)
     assert getattr(p, "causal", mb.causal) == (True, False)  # FCPPackedSeqParams adds flags
     moved = mb.to("cpu")
-    assert torch.equal(moved.labels, mb.labels) and moved.plan is mb.plan
+    assert torch.equal(moved.labels, mb.labels) and moved.rank_plan is mb.rank_plan
 
 
 def test_empty_microbatch_is_a_noop() -> None:

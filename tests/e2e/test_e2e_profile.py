@@ -65,7 +65,7 @@ def test_fcp_profile_quick_writes_a_profile_cost_model_reads(tmp_path, capsys) -
     assert [r["x"] for r in raw["compute_fit"]["rows"]] == [128, 256, 512]
     assert len(raw["p2p_fit"]["rows"]) == 3
     assert fcp_main(["plan", "--cost", str(out), "--replicas", "4", "--batch", "16",
-                     "--tokens-per-replica", "4096", "--profile", "c4"]) == 0  # fmt: skip
+                     "--tokens-per-replica", "4096", "--distribution", "c4"]) == 0  # fmt: skip
 
 
 def test_shipped_cpu_profile_loads_and_its_errors_recompute_from_its_points() -> None:

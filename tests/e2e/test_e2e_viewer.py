@@ -45,7 +45,7 @@ def test_timeline_matches_the_simulator_and_never_overlaps() -> None:
 
 def test_viewer_draws_synthetic_profile_with_all_three_strategies(tmp_path, capsys) -> None:
     out = tmp_path / "plan.png"
-    argv = ["--profile", "extreme", "--batch", "96", "--replicas", "16", "-o", str(out)]
+    argv = ["--distribution", "extreme", "--batch", "96", "--replicas", "16", "-o", str(out)]
     assert viewer.main(argv) == 0
     pixels, colors = _image_stats(out)
     assert out.stat().st_size > 30_000 and pixels > 1_000_000
@@ -58,7 +58,7 @@ def test_viewer_draws_synthetic_profile_with_all_three_strategies(tmp_path, caps
 
 def test_viewer_draws_a_saved_plan_first(tmp_path, capsys) -> None:
     plan_json = tmp_path / "plan.json"
-    assert fcp_main(["plan", "--profile", "c4", "--batch", "48", "--replicas", "8",
+    assert fcp_main(["plan", "--distribution", "c4", "--batch", "48", "--replicas", "8",
                      "-o", str(plan_json)]) == 0  # fmt: skip
     capsys.readouterr()
     out = tmp_path / "saved.png"

@@ -110,7 +110,7 @@ def _loss_sum(model: GPTModel, pack: dict[str, torch.Tensor], idx: torch.Tensor,
 def _check_context(rank: int, cache: CPGroupCache) -> None:
     before = {n: getattr(ps, n) for n in MEGATRON_CP_STATE}
     plan = _rank_plan(rank, 0, (3, 1, 0, 2), [8], [True])
-    with cp_context(plan, groups=cache, wave_rings=[(3, 1, 0, 2)]) as b:
+    with cp_context(plan, groups=cache, wave_groups=[(3, 1, 0, 2)]) as b:
         assert ps.get_context_parallel_world_size() == 4 == b.degree
         assert ps.get_context_parallel_rank() == sorted(b.ring).index(rank)
         assert ps.get_context_parallel_global_ranks() == [3, 1, 0, 2]
@@ -125,7 +125,7 @@ def _check_context(rank: int, cache: CPGroupCache) -> None:
     empty = RankPlan(replica=rank, wave=0, num_waves=1, group_replicas=(), index_in_group=-1,
                      degree=0, sequence_ids=(), seqlens=(), causal=(), predicted_time=0.0,
                      digest="d")  # fmt: skip
-    with cp_context(empty, groups=cache, wave_rings=[(0, 1, 2, 3)]) as b:
+    with cp_context(empty, groups=cache, wave_groups=[(0, 1, 2, 3)]) as b:
         assert b.degree == 0 and b.group is None
         assert all(getattr(ps, n) is v for n, v in before.items()), "empty plan rebound state"
     # switch cost between cached groups (the paper reports ~1 ms for its switch)
@@ -188,7 +188,7 @@ def megatron_worker(rank: int, world: int) -> None:
         for i, (rr, (sl, cz)) in enumerate(zip(rings, seqs)):
             full = _pack(sl, 1, seed=10 * w + i)
             with cp_context(_rank_plan(rank, w, (rank,), sl, cz), groups=cache,
-                            wave_rings=singles):  # fmt: skip
+                            wave_groups=singles):  # fmt: skip
                 pk = _pack(sl, len(rr), seed=10 * w + i)
                 assert torch.equal(full["tokens"][full["mask"] > 0], pk["tokens"][pk["mask"] > 0])
                 ref_loss = _loss_sum(ref, pk, torch.arange(len(pk["tokens"])), cz)

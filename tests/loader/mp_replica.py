@@ -40,7 +40,7 @@ def _max_attention_error(mbs: list, index: TarIndex) -> tuple[float, int]:
     for mb in mbs:
         if mb.is_empty or mb.batch_index >= 2:  # two batches cover mixed degrees; ~1 s
             continue
-        rings += mb.plan.degree > 1
+        rings += mb.rank_plan.degree > 1
         q, k, v = _qkv(mb.tokens)
         out = ring_attention(
             q,
@@ -48,7 +48,7 @@ def _max_attention_error(mbs: list, index: TarIndex) -> tuple[float, int]:
             v,
             mb.cu_seqlens,
             mb.cu_seqlens_padded,
-            ring=mb.plan.group_replicas,
+            ring=mb.rank_plan.group_replicas,
             causal=mb.causal,
         )
         lcu = mb.local_cu_seqlens_padded

@@ -52,8 +52,8 @@ def check_epoch(per_replica: list[list], data: dict[str, bytes], index: TarIndex
     assert len(counts) == 1, f"replicas yielded different micro-batch counts {counts}"
     for step in zip(*per_replica):  # same (batch, wave) on every replica, same plan digest
         assert len({(mb.batch_index, mb.wave, mb.digest, mb.wave_groups) for mb in step}) == 1
-        for r, mb in enumerate(step):  # wave_groups (fcp_exec's wave_rings) hold own group
-            assert mb.is_empty or mb.plan.group_replicas in mb.wave_groups
+        for r, mb in enumerate(step):  # wave_groups (fcp_exec's wave_groups) hold own group
+            assert mb.is_empty or mb.rank_plan.group_replicas in mb.wave_groups
             assert mb.is_empty == all(r not in g for g in mb.wave_groups)
     # per global batch: loss tokens over replicas and waves == what every micro-batch announces
     by_batch: dict[int, list] = {}
@@ -75,7 +75,7 @@ def check_epoch(per_replica: list[list], data: dict[str, bytes], index: TarIndex
         assert (labs[sid][L - 1 :] == IGNORE_INDEX).all()
     for mbs in per_replica:  # labels at a chunk's end point into the next chunk (other replica)
         for mb in mbs:
-            if mb.plan.degree > 1:
+            if mb.rank_plan.degree > 1:
                 lcu = mb.local_cu_seqlens_padded
                 half = int(lcu[1] - lcu[0]) // 2
                 pos = int(mb.position_ids[half - 1])
@@ -96,7 +96,7 @@ def test_epoch_exactly_once_in_one_process(index, shards, cost, n: int) -> None:
         assert len(index.reads) < NUM_SAMPLES or n == 1
     if n > 1:
         check_epoch(per_replica, shards[1], index)
-        degrees = {mb.plan.degree for mbs in per_replica for mb in mbs}
+        degrees = {mb.rank_plan.degree for mbs in per_replica for mb in mbs}
         assert max(degrees) >= 2 and 1 in degrees and 0 in degrees, degrees  # mixed + empty
     else:
         toks, _, _ = reassemble(per_replica[0])

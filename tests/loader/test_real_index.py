@@ -84,7 +84,7 @@ def test_real_planner_and_index_epoch(real_index, cost) -> None:
         np.testing.assert_array_equal(toks[sid][:L], want)
         np.testing.assert_array_equal(labs[sid][: L - 1], want[1:])
         assert (labs[sid][L - 1 :] == IGNORE_INDEX).all()
-    assert any(mb.plan.degree > 1 for mbs in per_replica for mb in mbs)
+    assert any(mb.rank_plan.degree > 1 for mbs in per_replica for mb in mbs)
     m = loaders[0].metrics_history[0]
     assert m.winner and m.predicted_time >= m.lower_bound > 0
 
