@@ -1,0 +1,287 @@
+"""Per-replica vision time: the encoder units a replica holds, edge duplicates included.
+
+A video's vision tokens are `units` equal runs of `unit_tokens` tokens (a Qwen tubelet of 2
+frames, an InternVL frame or tile); no encoder term crosses a unit, so a replica of a degree-d
+CP group decodes and encodes exactly the units that overlap its two zigzag chunks, chunk i and
+chunk 2d-1-i of the sequence padded to a multiple of 2d. Unit k starts at token
+`first + k * stride` (stride = unit_tokens when the units are contiguous, as the loader lays
+them out; larger when a template puts text between units). A unit cut by a chunk edge is done
+by both owners, so a member of a degree-d group holding a video of U units does about U/d + 2
+of them (up to 4 partial units at its 4 chunk edges), not U/d. Worked example: 60 tubelets of
+720 tokens after 2 template tokens, L = 43,202 at d = 4: the members hold 16, 16, 17, 16
+tubelets (65 encoded in all, 5 duplicates); the slowest does 17, not 15.
+
+Time of one unit on one replica (seconds, fwd+bwd unless the encoder is frozen):
+
+    encode(P) = a_unit + a_patch · P + a_window · P · min(P, W) + a_full · P²  (W: window)
+    decode    = decode_seconds_per_mpix · megapixels decoded / decode_workers
+
+and a CP group's vision time is the largest member's Σ_units, divided by the group's slowest
+speed factor. It adds to the language-model time of cost.py (the encoder runs before the first
+layer; no ring traffic overlaps it). Counting is closed form (`held_units`), exact for this
+layout; tests check it against enumerating the zigzag positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..errors import ConfigError
+
+__all__ = ["VisionCost", "VisionLoad", "VisionWork", "group_vision_seconds", "held_units"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class VisionCost:
+    """Coefficients of the vision side of one replica (see the module docstring).
+
+    seconds_per_patch: linear layers per patch (patch embedding, QKVO, MLP, mergers).
+    seconds_per_unit: fixed time per unit (kernel launches of one unit's varlen segment).
+    seconds_per_window_pair / seconds_per_full_pair: attention per (query patch, key patch) pair,
+    summed over the window-attention / full-attention blocks.
+    window_patches: patches per attention window (Qwen2.5-VL: 8×8 = 64; 0 = no window blocks).
+    extra_patches: tokens the encoder adds per unit (InternViT's CLS: 1).
+    decode_seconds_per_mpix: one loader worker's decode (+ resize) time per decoded megapixel.
+    decode_workers: loader workers decoding in parallel for one replica.
+    """
+
+    seconds_per_patch: float
+    seconds_per_unit: float = 0.0
+    seconds_per_window_pair: float = 0.0
+    seconds_per_full_pair: float = 0.0
+    window_patches: int = 0
+    extra_patches: int = 0
+    decode_seconds_per_mpix: float = 0.0
+    decode_workers: int = 1
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "name":
+                continue
+            if not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+                raise ConfigError(
+                    f"VisionCost.{f.name}={v!r} must be a finite number >= 0 "
+                    "(fix the encoder preset or refit with `fcp profile --vision`)"
+                )
+        if self.decode_workers < 1:
+            raise ConfigError(f"VisionCost.decode_workers={self.decode_workers} must be >= 1")
+
+    def encode_seconds(self, patches: np.ndarray | float) -> np.ndarray:
+        """Encoder time of one unit of `patches` patches (vectorised)."""
+        p = np.asarray(patches, dtype=np.float64) + self.extra_patches
+        win = np.minimum(p, self.window_patches) if self.window_patches else 0.0
+        return (
+            self.seconds_per_unit
+            + self.seconds_per_patch * p
+            + self.seconds_per_window_pair * p * win
+            + self.seconds_per_full_pair * p * p
+        )
+
+    def unit_seconds(self, patches: np.ndarray, decode_mpix: np.ndarray) -> np.ndarray:
+        """Encode + decode time of one unit on one replica."""
+        dec = self.decode_seconds_per_mpix * np.asarray(decode_mpix, np.float64)
+        return self.encode_seconds(patches) + dec / self.decode_workers
+
+
+def _i64(x: object, n: int, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim == 0:
+        a = np.full(n, a)
+    if a.shape != (n,):
+        raise ConfigError(f"VisionWork.{name} has shape {a.shape}; give one value per sample ({n})")
+    return a
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class VisionWork:
+    """Per-sample vision work of one global batch (arrays of one entry per sample; 0 units for
+    text). Build it with `VisionWork.from_media` from the length index columns and the rule, or
+    directly. `stride` defaults to `unit_tokens` (contiguous units)."""
+
+    units: np.ndarray
+    unit_tokens: np.ndarray
+    first: np.ndarray
+    patches: np.ndarray
+    decode_mpix: np.ndarray
+    stride: np.ndarray | None = None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        units: object,
+        unit_tokens: object,
+        first: object,
+        patches: object,
+        decode_mpix: object = 0.0,
+        stride: object | None = None,
+    ) -> VisionWork:
+        n = np.asarray(units).size
+        u = _i64(units, n, "units").astype(np.int64)
+        m = _i64(unit_tokens, n, "unit_tokens").astype(np.int64)
+        st = m.copy() if stride is None else _i64(stride, n, "stride").astype(np.int64)
+        work = cls(
+            units=u,
+            unit_tokens=np.where(u > 0, m, 0),
+            first=_i64(first, n, "first").astype(np.int64),
+            patches=_i64(patches, n, "patches").astype(np.float64),
+            decode_mpix=_i64(decode_mpix, n, "decode_mpix").astype(np.float64),
+            stride=st,
+        )
+        bad = (u < 0) | ((u > 0) & ((m < 1) | (st < m) | (work.first < 0)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ConfigError(
+                f"sample {i}: vision work units={u[i]}, unit_tokens={m[i]}, stride={st[i]}, "
+                f"first={work.first[i]} is not a layout (need units >= 0, unit_tokens >= 1, "
+                "stride >= unit_tokens, first >= 0)"
+            )
+        return work
+
+    @property
+    def size(self) -> int:
+        return int(self.units.size)
+
+    def last_token(self) -> np.ndarray:
+        """One past the last vision token of each sample (0 for text)."""
+        st = self.unit_tokens if self.stride is None else self.stride
+        return np.where(self.units > 0, self.first + (self.units - 1) * st + self.unit_tokens, 0)
+
+    def take(self, ids: np.ndarray) -> VisionWork:
+        st = self.unit_tokens if self.stride is None else self.stride
+        return VisionWork(
+            units=self.units[ids],
+            unit_tokens=self.unit_tokens[ids],
+            first=self.first[ids],
+            patches=self.patches[ids],
+            decode_mpix=self.decode_mpix[ids],
+            stride=st[ids],
+        )
+
+    @classmethod
+    def from_media(
+        cls,
+        *,
+        modality: np.ndarray,
+        num_frames: np.ndarray,
+        fps: np.ndarray,
+        width: np.ndarray,
+        height: np.ndarray,
+        rule: object,
+    ) -> VisionWork:
+        """From the length index columns (modality 0 text, 1 video, 2 image) and the index's
+        vision-token rule, in the loader's layout: template tokens first, then the units.
+
+        Decoded megapixels per unit: a unit's share of the source frames a replica decodes
+        (sequential decode from the nearest keyframe covers every source frame in its span:
+        `num_frames / groups` frames of width × height); an image is decoded whole once.
+        """
+        from .vision_media import media_work
+
+        return cls.build(**media_work(modality, num_frames, fps, width, height, rule))
+
+
+def held_units(
+    first: np.ndarray,
+    stride: np.ndarray,
+    unit_tokens: np.ndarray,
+    units: np.ndarray,
+    seqlen: np.ndarray,
+    degree: np.ndarray,
+    index: np.ndarray,
+) -> np.ndarray:
+    """Units that member `index` of a degree-`degree` group decodes and encodes (vectorised).
+
+    The sequence is padded to a multiple of 2d and cut into 2d chunks of C tokens; the member
+    holds [iC, (i+1)C) and [(2d-1-i)C, (2d-i)C). With units sorted by start and by end, the
+    units meeting [a, b) are #(start < b) − #(end <= a), and a unit meeting both chunks (only
+    possible when they touch, i = d-1) is counted once.
+    """
+    f, st, m, u = (np.asarray(x, np.int64) for x in (first, stride, unit_tokens, units))
+    d, i = np.asarray(degree, np.int64), np.asarray(index, np.int64)
+    c = -(-np.asarray(seqlen, np.int64) // (2 * d))  # chunk length of the padded sequence
+    st1 = np.maximum(st, 1)
+
+    def starts_before(b: np.ndarray) -> np.ndarray:
+        return np.clip(-(-(b - f) // st1), 0, u)
+
+    def ends_by(a: np.ndarray) -> np.ndarray:
+        return np.clip((a - f - m) // st1 + 1, 0, u)
+
+    a0, b0 = i * c, (i + 1) * c
+    a1, b1 = (2 * d - 1 - i) * c, (2 * d - i) * c
+    first_chunk = np.maximum(starts_before(b0) - ends_by(a0), 0)
+    second_chunk = np.maximum(starts_before(b1) - ends_by(a1), 0)
+    both = np.maximum(starts_before(b0) - ends_by(a1), 0)
+    return np.where(u > 0, first_chunk + second_chunk - both, 0)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class VisionLoad:
+    """A batch's vision work priced by a VisionCost: what the planner carries.
+
+    `unit_s[s]`: seconds per unit of sample s; `total[s]` = unit_s · units, its replica-seconds
+    when encoded once (the part that divides by d; what every plan pays at least).
+    """
+
+    work: VisionWork
+    unit_s: np.ndarray
+    total: np.ndarray
+
+    @classmethod
+    def build(cls, work: VisionWork, cost: VisionCost, seqlens: np.ndarray) -> VisionLoad:
+        lens = np.asarray(seqlens, np.int64)
+        if work.size != lens.size:
+            raise ConfigError(
+                f"vision work describes {work.size} samples but the batch has {lens.size}; "
+                "build VisionWork for exactly the planned samples, in the same order"
+            )
+        over = work.last_token() > lens
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise ConfigError(
+                f"sample {i}: its vision tokens end at {int(work.last_token()[i])} but the "
+                f"sequence has {int(lens[i])} tokens; the index and the vision work disagree "
+                "(rebuild the index or the VisionWork with the same rule)"
+            )
+        unit_s = np.where(work.units > 0, cost.unit_seconds(work.patches, work.decode_mpix), 0.0)
+        return cls(work=work, unit_s=unit_s, total=unit_s * work.units)
+
+    @property
+    def active(self) -> bool:
+        return bool(np.any(self.total > 0))
+
+
+def group_vision_seconds(
+    load: VisionLoad,
+    lens: np.ndarray,
+    units: np.ndarray,
+    unit_group: np.ndarray,
+    degs: np.ndarray,
+) -> np.ndarray:
+    """Each group's vision time: its busiest member's Σ unit_s · held units (speed 1).
+
+    `units[j]` (a sample id) runs in group `unit_group[j]` of degree `degs[g]`. Vectorised over
+    all (sample, member) pairs of the vision samples: Σ degrees rows, no Python loop.
+    """
+    ng = degs.size
+    out = np.zeros(ng)
+    sel = load.unit_s[units] > 0
+    if not sel.any():
+        return out
+    u, g = units[sel], unit_group[sel]
+    d = degs[g].astype(np.int64)
+    row = np.repeat(np.arange(u.size), d)
+    member = np.arange(int(d.sum())) - np.repeat(np.cumsum(d) - d, d)
+    w = load.work
+    su = u[row]
+    st = w.unit_tokens if w.stride is None else w.stride
+    held = held_units(w.first[su], st[su], w.unit_tokens[su], w.units[su], lens[su], d[row], member)
+    off = np.concatenate([[0], np.cumsum(degs.astype(np.int64))])
+    slot = off[g[row]] + member
+    per_member = np.bincount(slot, weights=held * load.unit_s[su], minlength=int(off[-1]))
+    return np.maximum.reduceat(per_member, off[:-1]) if off[-1] > 0 else out

@@ -1,0 +1,71 @@
+"""Vision work of samples from the length index columns and the index's vision-token rule.
+
+The rule (a `fcp_data.readers.VisionTokenRule`, passed in: the planner imports no reader)
+gives each video its grid (units, grid_h, grid_w in patches), vision and template token counts;
+the loader lays a media sample out as template tokens, then the units' placeholders, then the
+caption (`fcp_data.loader.encode`), so unit k starts at `special + k · unit_tokens`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+
+__all__ = ["media_work"]
+
+TEXT, VIDEO, IMAGE = 0, 1, 2
+INTERNVL_TILE_PATCHES = (448 // 14) ** 2  # InternViT-448: 32 × 32 patches per tile / frame
+
+
+def _unit_patches(vt: Any, rule: Any) -> int:
+    """Patches the encoder sees per unit: Qwen grid_h × grid_w (a tubelet's patches);
+    InternVL's grid is (tiles, rows, cols) with 1024 patches per 448² tile or frame."""
+    if str(getattr(rule, "name", "")).startswith("internvl"):
+        return INTERNVL_TILE_PATCHES
+    return int(vt.grid[1] * vt.grid[2])
+
+
+def media_work(
+    modality: np.ndarray,
+    num_frames: np.ndarray,
+    fps: np.ndarray,
+    width: np.ndarray,
+    height: np.ndarray,
+    rule: Any,
+) -> dict[str, np.ndarray]:
+    """Keyword arrays for `VisionWork.build` (units, unit_tokens, first, patches, decode_mpix)."""
+    mod = np.asarray(modality)
+    n = mod.size
+    out = {k: np.zeros(n, np.int64) for k in ("units", "unit_tokens", "first", "patches")}
+    mpix = np.zeros(n)
+    for i in np.flatnonzero(mod != TEXT):
+        if rule is None:
+            raise ConfigError(
+                f"sample {int(i)} is a media sample but no vision rule was given; pass the "
+                "index's rule (fcp_data.readers.get_rule(index.header.scan.vision_rule))"
+            )
+        w, h = int(width[i]), int(height[i])
+        if int(mod[i]) == VIDEO:
+            vt = rule.video(num_frames=int(num_frames[i]), fps=float(fps[i]), height=h, width=w)
+            groups = max(1, int(vt.grid[0]))
+            # sequential decode from the nearest keyframe: every source frame of the span
+            frames_per_unit = max(1.0, int(num_frames[i]) / groups)
+        elif int(mod[i]) == IMAGE:
+            vt = rule.image(height=h, width=w)
+            groups = max(1, int(vt.grid[0]))
+            frames_per_unit = 1.0 / groups
+        else:
+            raise ConfigError(
+                f"sample {int(i)} has modality code {int(mod[i])}; "
+                "allowed: 0 text, 1 video, 2 image"
+            )
+        per = vt.vision // groups
+        out["units"][i] = groups if per > 0 else 0
+        out["unit_tokens"][i] = per
+        out["first"][i] = vt.special
+        out["patches"][i] = _unit_patches(vt, rule)
+        mpix[i] = frames_per_unit * w * h / 1e6
+    return {**out, "decode_mpix": mpix}
