@@ -25,10 +25,14 @@ layout; tests check it against enumerating the zigzag positions.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .problem import Problem
 
 __all__ = ["VisionCost", "VisionLoad", "VisionWork", "group_vision_seconds", "held_units"]
 
@@ -254,6 +258,27 @@ class VisionLoad:
     @property
     def active(self) -> bool:
         return bool(np.any(self.total > 0))
+
+    def group_seconds(
+        self,
+        prob: Problem,
+        starts: np.ndarray,
+        degs: np.ndarray,
+        units: np.ndarray,
+        unit_group: np.ndarray,
+    ) -> np.ndarray:
+        """Vision time of each contiguous window group, at its slowest member's speed."""
+        t = group_vision_seconds(self, prob.lens, units, unit_group, degs)
+        if prob.cluster.heterogeneous:
+            t = t / np.array([prob.speed[s : s + k].min() for s, k in zip(starts, degs)])
+        return t
+
+    def set_seconds(self, prob: Problem, members: np.ndarray, replicas: np.ndarray) -> float:
+        """Vision time of one group on an arbitrary replica set."""
+        members = np.asarray(members, np.int64)
+        degs = np.array([len(replicas)], np.int64)
+        t = group_vision_seconds(self, prob.lens, members, np.zeros(members.size, np.int64), degs)
+        return float(t[0]) / float(prob.speed[np.asarray(replicas)].min())
 
 
 def group_vision_seconds(
