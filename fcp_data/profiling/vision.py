@@ -147,11 +147,12 @@ class VisionProfile:
     decode: Fit
 
     def to_dict(self) -> dict[str, Any]:
-        def table(fit: Fit) -> list[dict[str, float]]:
-            return [{"x": r.x, "measured": r.measured, "predicted": r.predicted,
+        def table(fit: Fit) -> dict[str, Any]:
+            rows = [{"x": r.x, "measured_s": r.measured, "predicted_s": r.predicted,
                      "rel_error": r.rel_error} for r in fit.rows]  # fmt: skip
+            return {"coef": fit.coef, "rows": rows, "max_abs_error": fit.max_abs_error}
 
-        return {"encoder": table(self.encoder), "decode": table(self.decode)}
+        return {"encoder_fit": table(self.encoder), "decode_fit": table(self.decode)}
 
 
 def run_vision_profile(c: VisionProfileConfig | None = None) -> VisionProfile:

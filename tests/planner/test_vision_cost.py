@@ -1,6 +1,8 @@
 """Vision work in the cost model and the planner: exact unit counts, presets, plans."""
 
+import argparse
 import dataclasses
+import io
 import itertools
 
 import numpy as np
@@ -242,3 +244,49 @@ def test_bad_vision_work_is_a_clear_error():
         VisionWork.build(units=[2], unit_tokens=30, first=0, patches=120, stride=10)
     with pytest.raises(ConfigError, match="decode_workers"):
         VisionCost(seconds_per_patch=1.0, decode_workers=0)
+
+
+def test_generated_video_decodes_to_its_frames():
+    import av
+
+    from fcp_data.profiling.vision import make_test_video
+
+    data = make_test_video(96, 64, 7)
+    with av.open(io.BytesIO(data)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    assert len(frames) == 7 and frames[0].shape == (64, 96, 3)
+    assert not np.array_equal(frames[0], frames[-1])  # the content moves: real decode work
+
+
+def test_vision_profile_recovers_known_coefficients_and_lands_in_the_saved_model(
+    monkeypatch, tmp_path
+):
+    from rich.console import Console
+
+    from fcp_data.commands._profile_vision import attach_vision
+    from fcp_data.profiling import vision as vp
+    from fcp_data.profiling.fit import Fit, FitRow
+    from fcp_data.profiling.measure import Profile
+
+    truth = VisionCost(seconds_per_unit=2e-3, seconds_per_patch=3e-5, seconds_per_full_pair=4e-8)
+    monkeypatch.setattr(vp, "time_encoder", lambda c, p: float(truth.encode_seconds(p)))
+    monkeypatch.setattr(vp, "time_decode", lambda w, h, f, r: 6e-3 * w * h / 1e6)
+    one = Fit(coef={}, rows=(FitRow(x=1.0, measured=1.0, predicted=1.0),))
+    profile = Profile(cost=CostModel(alpha1=1e-9, alpha2=1e-6), compute=one, points=())
+    args = argparse.Namespace(vision=True, device="cpu")
+    attach_vision(profile, args, Console(file=io.StringIO()))
+    got = profile.cost.vision
+    assert got.seconds_per_unit == pytest.approx(2e-3, rel=1e-6)
+    assert got.seconds_per_patch == pytest.approx(3e-5, rel=1e-6)
+    assert got.seconds_per_full_pair == pytest.approx(4e-8, rel=1e-6)
+    assert got.decode_seconds_per_mpix == pytest.approx(6e-3, rel=1e-9)
+    assert profile.meta["vision"]["encoder_fit"]["max_abs_error"] < 1e-6
+    profile.save(tmp_path / "p.json")
+    assert CostModel.load(tmp_path / "p.json").vision == got
+
+
+def test_tiny_encoder_really_runs_and_grows_with_patches():
+    from fcp_data.profiling.vision import VisionProfileConfig, time_encoder
+
+    c = VisionProfileConfig(layers=1, hidden=32, heads=2, ffn=64, repeats=1)
+    assert 0 < time_encoder(c, 16) < time_encoder(c, 1024)
