@@ -8,6 +8,9 @@ selective recomputation (34·h bytes per token per layer, Korthikanti et al. 202
 of 6 bytes per parameter (bf16 weights + fp32 grads; Adam states sharded by a distributed
 optimizer) and ring traffic of 3 passes of K and V per layer (forward KV, backward KV + dKV).
 A fitted profile (`fcp profile`) replaces all of this with measurements.
+The vision-language models name their encoder (`ModelSpec.encoder`); its VisionCost
+(`vision_presets`: encoder fwd+bwd per unit, decode per megapixel) rides on the estimate as
+`CostModel.vision`. `VisionSpec` stays the coarse size used for the model-state bytes.
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-import numba as nb
 import numpy as np
 
 from ..errors import ConfigError
+from .kernels.vision import group_vision
 
 if TYPE_CHECKING:
     from .problem import Problem
@@ -189,6 +189,16 @@ class VisionWork:
 
         return cls.build(**media_work(modality, num_frames, fps, width, height, rule))
 
+    @classmethod
+    def from_index(
+        cls, index: object, ids: np.ndarray | None = None, rule: object = None
+    ) -> VisionWork:
+        """From a `LengthIndex` (samples `ids`, default all) under `rule` (default: the rule the
+        index was built with, from its header), e.g. for `plan_global_batch(..., vision=...)`."""
+        from .vision_media import index_work
+
+        return cls.build(**index_work(index, ids, rule))
+
 
 def held_units(
     first: np.ndarray,
@@ -282,65 +292,6 @@ class VisionLoad:
         return float(t[0]) / float(prob.speed[np.asarray(replicas)].min())
 
 
-@nb.njit(cache=True)
-def _starts_before(b: int, f: int, st: int, u: int) -> int:
-    return min(max(-((f - b) // st), 0), u)
-
-
-@nb.njit(cache=True)
-def _ends_by(a: int, f: int, st: int, m: int, u: int) -> int:
-    return min(max((a - f - m) // st + 1, 0), u)
-
-
-@nb.njit(cache=True)
-def _held(f: int, st: int, m: int, u: int, seqlen: int, d: int, i: int) -> int:
-    """Scalar `held_units` (same closed form), for the compiled group loop."""
-    c = (seqlen + 2 * d - 1) // (2 * d)
-    st = max(st, 1)
-    a0, b0, a1, b1 = i * c, (i + 1) * c, (2 * d - 1 - i) * c, (2 * d - i) * c
-    before0 = _starts_before(b0, f, st, u)
-    first_chunk = max(before0 - _ends_by(a0, f, st, m, u), 0)
-    second_chunk = max(_starts_before(b1, f, st, u) - _ends_by(a1, f, st, m, u), 0)
-    both = max(before0 - _ends_by(a1, f, st, m, u), 0)
-    return first_chunk + second_chunk - both
-
-
-@nb.njit(cache=True)
-def _group_vision(
-    first: np.ndarray,
-    stride: np.ndarray,
-    unit_tokens: np.ndarray,
-    units_of: np.ndarray,
-    lens: np.ndarray,
-    unit_s: np.ndarray,
-    total: np.ndarray,
-    units: np.ndarray,
-    unit_group: np.ndarray,
-    degs: np.ndarray,
-) -> np.ndarray:
-    off = np.zeros(degs.size + 1, np.int64)
-    for g in range(degs.size):
-        off[g + 1] = off[g] + degs[g]
-    per_member = np.zeros(off[-1])
-    for j in range(units.size):
-        s = units[j]
-        if unit_s[s] <= 0.0:
-            continue
-        g = unit_group[j]
-        d = degs[g]
-        if d == 1:  # the one member holds every unit
-            per_member[off[g]] += total[s]
-            continue
-        for i in range(d):
-            n = _held(first[s], stride[s], unit_tokens[s], units_of[s], lens[s], d, i)
-            per_member[off[g] + i] += unit_s[s] * n
-    out = np.zeros(degs.size)
-    for g in range(degs.size):
-        for r in range(off[g], off[g + 1]):
-            out[g] = max(out[g], per_member[r])
-    return out
-
-
 def group_vision_seconds(
     load: VisionLoad,
     lens: np.ndarray,
@@ -355,7 +306,7 @@ def group_vision_seconds(
     """
     w = load.work
     st = w.unit_tokens if w.stride is None else w.stride
-    return _group_vision(
+    return group_vision(
         w.first, st, w.unit_tokens, w.units, np.asarray(lens, np.int64), load.unit_s,
         load.total, np.asarray(units, np.int64), np.asarray(unit_group, np.int64),
         np.asarray(degs, np.int64),

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["media_work"]
+__all__ = ["index_work", "media_work"]
 
 TEXT, VIDEO, IMAGE = 0, 1, 2
 INTERNVL_TILE_PATCHES = (448 // 14) ** 2  # InternViT-448: 32 × 32 patches per tile / frame
@@ -69,3 +69,16 @@ def media_work(
         out["patches"][i] = _unit_patches(vt, rule)
         mpix[i] = frames_per_unit * w * h / 1e6
     return {**out, "decode_mpix": mpix}
+
+
+def index_work(index: Any, ids: np.ndarray | None, rule: Any) -> dict[str, np.ndarray]:
+    """`media_work` over a LengthIndex's columns; the rule defaults to the index's own."""
+    if rule is None:
+        from ..readers import get_rule  # the index's rule, as the loader resolves it
+
+        scan = index.header.scan
+        rule = get_rule(scan.vision_rule, **scan.rule_overrides)
+    sel = slice(None) if ids is None else np.asarray(ids, np.int64)
+    cols = [np.asarray(getattr(index, k))[sel] for k in ("modality", "num_frames", "fps")]
+    size = [np.asarray(getattr(index, k))[sel] for k in ("width", "height")]
+    return media_work(*cols, *size, rule)

@@ -290,3 +290,40 @@ def test_tiny_encoder_really_runs_and_grows_with_patches():
 
     c = VisionProfileConfig(layers=1, hidden=32, heads=2, ffn=64, repeats=1)
     assert 0 < time_encoder(c, 16) < time_encoder(c, 1024)
+
+
+def byte_ids(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def test_index_vision_work_counts_the_units_the_loader_decodes(tmp_path):
+    """Oracle: the loader's own encoder decides which units (frame groups) each zigzag member
+    decodes; the planner's count must be exactly that, for every member of every degree."""
+    from fcp_data.loader.encode import SampleEncoder
+    from fcp_data.readers import ScanConfig, build_index, make_shards
+
+    shards = make_shards(tmp_path / "shards", text=1, video=2, seed=4, samples_per_shard=8)
+    config = ScanConfig(vision_rule="qwen3-vl")
+    index = build_index([str(p) for p in shards], tmp_path / "idx", config=config,
+                        counter=byte_ids)  # fmt: skip
+    work = VisionWork.from_index(index)
+    video = np.flatnonzero(np.asarray(index.modality) == 1)
+    assert video.size == 2 and np.all(work.units[video] > 0)
+    assert np.all(work.units[np.asarray(index.modality) == 0] == 0)
+    encoder = SampleEncoder(tokenizer=byte_ids, rule=get_rule("qwen3-vl"))
+    for i in video:
+        enc = encoder(index, int(i))
+        seqlen = len(enc.tokens)
+        assert seqlen == index.seqlens[i]
+        for d in (1, 3):
+            held = held_units(work.first[i], work.stride[i], work.unit_tokens[i], work.units[i],
+                              seqlen, np.full(d, d), np.arange(d))  # fmt: skip
+            for r in range(d):
+                pos = shard_indices(padded_seqlen(seqlen, d), d, r)
+                vi = encoder.vision_input(enc, sample_id=int(i), key="k",
+                                          held=pos[pos < seqlen], offset=0)  # fmt: skip
+                assert held[r] == (0 if vi is None else len(vi.groups)), (i, d, r)
+    cluster = Cluster(4, tokens_per_replica=int(index.seqlens.max()))
+    plan = plan_global_batch(index.seqlens, cluster, CostModel.from_model("qwen3-vl-2b", "cpu"),
+                             vision=work)  # fmt: skip
+    check_plan(plan, index.seqlens, cluster, CostModel.from_model("qwen3-vl-2b", "cpu"))
