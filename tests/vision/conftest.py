@@ -9,9 +9,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from vision_helpers import make_tokenizer  # noqa: E402
+from vision_helpers import make_tokenizer
 
 
 @pytest.fixture(scope="session")
-def tok():  # noqa: ANN201
+def tok():
     return make_tokenizer()

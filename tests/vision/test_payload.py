@@ -82,7 +82,7 @@ def test_image_rows_equal_qwen2vl_image_processor(tok) -> None:
         data = png(h, w, seed=h)
         vt = rule.image(height=h, width=w)
         em, spec = _encode(tok, "qwen2.5-vl", 1, vt)
-        ((packed, parts),) = _shares(em, spec, data, 1)
+        ((_packed, parts),) = _shares(em, spec, data, 1)
         import io
 
         ref = proc(images=[Image.open(io.BytesIO(data))], return_tensors="np")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -87,9 +88,7 @@ def test_qwen3_ids_equal_processor_placeholder(tok) -> None:
             vision_start_token="<|vision_start|>",
             vision_end_token="<|vision_end|>",
         )
-        fake._calculate_timestamps = lambda i, f, m: Qwen3VLProcessor._calculate_timestamps(
-            fake, i, f, m
-        )
+        fake._calculate_timestamps = partial(Qwen3VLProcessor._calculate_timestamps, fake)
         inputs = {"video_grid_thw": np.array([vt.grid]), "video_metadata": [meta]}
         placeholder = Qwen3VLProcessor.replace_video_token(fake, inputs, 0)
         got, lay = render(vt, kind=2, family="qwen", token_ids=ids, text_ids=text)
