@@ -238,6 +238,8 @@ class SampleEncoder:
     ) -> VisionInput | None:
         """Frames for the placeholders among global positions `held` (local order, at `offset`)."""
         vt = enc.vision
+        if self.vision is not None:  # the vision path sends its payload instead
+            return None
         if vt is None or vt.vision == 0 or (enc.video is None and enc.image is None):
             return None
         k = held - enc.vision_start

@@ -42,11 +42,21 @@ def family_of(rule_name: str) -> str:
 
 
 def _vocab(tokenizer: Any) -> Mapping[str, int]:
-    get = getattr(tokenizer, "get_vocab", None)
+    """The vocabulary with added tokens; looks through fcp's tokenizer wrappers (readers.text)."""
+    obj, seen = tokenizer, 0
+    while getattr(obj, "get_vocab", None) is None and seen < 4:
+        inner = next(
+            (getattr(obj, a) for a in ("fast", "tokenizer", "fn") if getattr(obj, a, None)), None
+        )
+        if inner is None:
+            break
+        obj, seen = inner, seen + 1
+    get = getattr(obj, "get_vocab", None)
     if get is None:
         raise ConfigError(
-            f"tokenizer {type(tokenizer).__name__} has no get_vocab(); pass a Hugging Face "
-            "tokenizers.Tokenizer or transformers tokenizer, or SpecialTokenIds(ids={...})"
+            f"tokenizer {type(tokenizer).__name__} has no vocabulary to look template tokens up "
+            "in; pass a tokenizers.Tokenizer or transformers tokenizer, or "
+            "VisionOptions(token_ids=SpecialTokenIds(family=..., ids={...}))"
         )
     try:
         return get(with_added_tokens=True)  # tokenizers.Tokenizer
