@@ -20,7 +20,7 @@ from .cluster import Cluster
 from .cost import CostModel
 from .plan import Plan
 from .problem import Problem
-from .vision_cost import VisionLoad, VisionWork, held_units
+from .vision_cost import VisionLoad, VisionWork, member_units
 
 __all__ = ["Score", "check_plan", "lower_bound_of", "score_plan"]
 
@@ -65,13 +65,10 @@ def _causal_array(causal: bool | Sequence[bool] | np.ndarray, n: int) -> np.ndar
 
 def _vision_seconds(load: VisionLoad, lens: np.ndarray, ids: list[int], degree: int) -> float:
     """The busiest member's vision time: per member, Σ seconds per unit × units it holds."""
-    w, per_member = load.work, np.zeros(degree)
+    per_member = np.zeros(degree)
     for i in ids:
         if load.unit_s[i] > 0:
-            st = w.unit_tokens if w.stride is None else w.stride
-            held = held_units(w.first[i], st[i], w.unit_tokens[i], w.units[i], lens[i],
-                              np.full(degree, degree), np.arange(degree))  # fmt: skip
-            per_member += load.unit_s[i] * held
+            per_member += load.unit_s[i] * member_units(load.work, i, int(lens[i]), degree)
     return float(per_member.max())
 
 

@@ -31,11 +31,19 @@ import numpy as np
 
 from ..errors import ConfigError
 from .kernels.vision import group_vision
+from .vision_work import VisionWork
 
 if TYPE_CHECKING:
     from .problem import Problem
 
-__all__ = ["VisionCost", "VisionLoad", "VisionWork", "group_vision_seconds", "held_units"]
+__all__ = [
+    "VisionCost",
+    "VisionLoad",
+    "VisionWork",
+    "group_vision_seconds",
+    "held_units",
+    "member_units",
+]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -90,114 +98,6 @@ class VisionCost:
         """Encode + decode time of one unit on one replica."""
         dec = self.decode_seconds_per_mpix * np.asarray(decode_mpix, np.float64)
         return self.encode_seconds(patches) + dec / self.decode_workers
-
-
-def _i64(x: object, n: int, name: str) -> np.ndarray:
-    a = np.asarray(x)
-    if a.ndim == 0:
-        a = np.full(n, a)
-    if a.shape != (n,):
-        raise ConfigError(f"VisionWork.{name} has shape {a.shape}; give one value per sample ({n})")
-    return a
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class VisionWork:
-    """Per-sample vision work of one global batch (arrays of one entry per sample; 0 units for
-    text). Build it with `VisionWork.from_media` from the length index columns and the rule, or
-    directly. `stride` defaults to `unit_tokens` (contiguous units)."""
-
-    units: np.ndarray
-    unit_tokens: np.ndarray
-    first: np.ndarray
-    patches: np.ndarray
-    decode_mpix: np.ndarray
-    stride: np.ndarray | None = None
-
-    @classmethod
-    def build(
-        cls,
-        *,
-        units: object,
-        unit_tokens: object,
-        first: object,
-        patches: object,
-        decode_mpix: object = 0.0,
-        stride: object | None = None,
-    ) -> VisionWork:
-        n = np.asarray(units).size
-        u = _i64(units, n, "units").astype(np.int64)
-        m = _i64(unit_tokens, n, "unit_tokens").astype(np.int64)
-        st = m.copy() if stride is None else _i64(stride, n, "stride").astype(np.int64)
-        work = cls(
-            units=u,
-            unit_tokens=np.where(u > 0, m, 0),
-            first=_i64(first, n, "first").astype(np.int64),
-            patches=_i64(patches, n, "patches").astype(np.float64),
-            decode_mpix=_i64(decode_mpix, n, "decode_mpix").astype(np.float64),
-            stride=st,
-        )
-        bad = (u < 0) | ((u > 0) & ((m < 1) | (st < m) | (work.first < 0)))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ConfigError(
-                f"sample {i}: vision work units={u[i]}, unit_tokens={m[i]}, stride={st[i]}, "
-                f"first={work.first[i]} is not a layout (need units >= 0, unit_tokens >= 1, "
-                "stride >= unit_tokens, first >= 0)"
-            )
-        return work
-
-    @property
-    def size(self) -> int:
-        return int(self.units.size)
-
-    def last_token(self) -> np.ndarray:
-        """One past the last vision token of each sample (0 for text)."""
-        st = self.unit_tokens if self.stride is None else self.stride
-        return np.where(self.units > 0, self.first + (self.units - 1) * st + self.unit_tokens, 0)
-
-    def take(self, ids: np.ndarray) -> VisionWork:
-        st = self.unit_tokens if self.stride is None else self.stride
-        return VisionWork(
-            units=self.units[ids],
-            unit_tokens=self.unit_tokens[ids],
-            first=self.first[ids],
-            patches=self.patches[ids],
-            decode_mpix=self.decode_mpix[ids],
-            stride=st[ids],
-        )
-
-    @classmethod
-    def from_media(
-        cls,
-        *,
-        modality: np.ndarray,
-        num_frames: np.ndarray,
-        fps: np.ndarray,
-        width: np.ndarray,
-        height: np.ndarray,
-        rule: object,
-    ) -> VisionWork:
-        """From the length index columns (modality 0 text, 1 video, 2 image) and the index's
-        vision-token rule, in the loader's layout: template tokens first, then the units.
-
-        Decoded megapixels per unit: a unit's share of the source frames a replica decodes
-        (sequential decode from the nearest keyframe covers every source frame in its span:
-        `num_frames / groups` frames of width × height); an image is decoded whole once.
-        """
-        from .vision_media import media_work
-
-        return cls.build(**media_work(modality, num_frames, fps, width, height, rule))
-
-    @classmethod
-    def from_index(
-        cls, index: object, ids: np.ndarray | None = None, rule: object = None
-    ) -> VisionWork:
-        """From a `LengthIndex` (samples `ids`, default all) under `rule` (default: the rule the
-        index was built with, from its header), e.g. for `plan_global_batch(..., vision=...)`."""
-        from .vision_media import index_work
-
-        return cls.build(**index_work(index, ids, rule))
 
 
 def held_units(
@@ -305,9 +205,28 @@ def group_vision_seconds(
     closed-form count per (vision sample, member), O(Σ degrees); a degree-1 group holds all.
     """
     w = load.work
-    st = w.unit_tokens if w.stride is None else w.stride
+    ptr = np.zeros(0, np.int64) if w.ptr is None else w.ptr
+    starts = np.zeros(0, np.int64) if w.starts is None else w.starts
     return group_vision(
-        w.first, st, w.unit_tokens, w.units, np.asarray(lens, np.int64), load.unit_s,
-        load.total, np.asarray(units, np.int64), np.asarray(unit_group, np.int64),
-        np.asarray(degs, np.int64),
+        w.first, w.stride, w.unit_tokens, w.units, ptr, starts, np.asarray(lens, np.int64),
+        load.unit_s, load.total, np.asarray(units, np.int64),
+        np.asarray(unit_group, np.int64), np.asarray(degs, np.int64),
     )  # fmt: skip
+
+
+def member_units(work: VisionWork, i: int, seqlen: int, degree: int) -> np.ndarray:
+    """Units each member of a degree-`degree` group holds of sample i, for either layout."""
+    d = int(degree)
+    if work.ptr is None:
+        return held_units(work.first[i], work.stride[i], work.unit_tokens[i], work.units[i],
+                          seqlen, np.full(d, d), np.arange(d))  # fmt: skip
+    starts, m = work.unit_starts(i), int(work.unit_tokens[i])
+    c = -(-int(seqlen) // (2 * d))
+    r = np.arange(d)
+    a0, b0, a1, b1 = r * c, (r + 1) * c, (2 * d - 1 - r) * c, (2 * d - r) * c
+
+    def meet(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # units with start < b, end > a
+        below = np.searchsorted(starts, b, side="left")
+        return np.maximum(below - np.searchsorted(starts, a - m, side="right"), 0)
+
+    return meet(a0, b0) + meet(a1, b1) - meet(a1, b0)

@@ -21,6 +21,7 @@ from fcp_data.planner.vision_cost import (
     VisionWork,
     group_vision_seconds,
     held_units,
+    member_units,
 )
 from fcp_data.planner.vision_presets import ENCODERS, estimate_vision_cost
 from fcp_data.readers import get_rule
@@ -87,6 +88,7 @@ def test_group_time_is_the_busiest_members_sum_over_sequences():
 
 
 def test_from_media_matches_the_rules_and_the_readers_token_ranges():
+    """Legacy layout (template tokens first): units against the readers' own token ranges."""
     for rule_name in ("qwen3-vl", "qwen2.5-vl", "internvl"):
         rule = get_rule(rule_name)
         frames, fps, w, h = np.array([300, 61]), np.array([30.0, 24.0]), [1280, 640], [720, 360]
@@ -97,6 +99,7 @@ def test_from_media_matches_the_rules_and_the_readers_token_ranges():
             width=np.array([*w, 0]),
             height=np.array([*h, 0]),
             rule=rule,
+            layout="specials-first",
         )
         assert work.units[2] == 0
         for i in range(2):
@@ -105,8 +108,7 @@ def test_from_media_matches_the_rules_and_the_readers_token_ranges():
             assert work.first[i] == vt.special  # the loader's layout: template, then units
             seqlen = vt.total + 37  # a caption after the units
             for d in (1, 2, 3, 5):
-                held = held_units(work.first[i], work.stride[i], work.unit_tokens[i],
-                                  work.units[i], seqlen, np.full(d, d), np.arange(d))  # fmt: skip
+                held = member_units(work, i, seqlen, d)
                 for r in range(d):
                     pos = shard_indices(padded_seqlen(seqlen, d), d, r) - vt.special
                     chunks = np.split(pos, 2)
@@ -114,6 +116,45 @@ def test_from_media_matches_the_rules_and_the_readers_token_ranges():
                     for c in chunks:
                         want |= set(groups_for_token_range(vt, int(c[0]), int(c[-1]) + 1))
                     assert held[r] == len(want)
+
+
+def test_template_layout_units_are_where_the_payload_renders_them():
+    """Template layout (Qwen3-VL timestamps, InternVL frame labels between units): unit starts
+    equal `fcp_data.vision.template.render`'s, and counts equal enumerating the positions, in
+    the compiled kernel and in the simulator's path."""
+    from fcp_data.vision.template import render
+    from fcp_data.vision.tokens import family_of
+
+    for rule_name in ("qwen3-vl", "qwen2.5-vl", "internvl"):
+        rule = get_rule(rule_name)
+        frames, fps = np.array([150, 2400, 45]), np.array([30.0, 30.0, 25.0])
+        work = VisionWork.from_media(
+            modality=np.ones(3, np.int8), num_frames=frames, fps=fps,
+            width=np.array([1280, 640, 320]), height=np.array([720, 360, 240]), rule=rule,
+        )  # fmt: skip
+        lens = np.zeros(3, np.int64)
+        for i in range(3):
+            vt = rule.video(num_frames=int(frames[i]), fps=float(fps[i]),
+                            height=[720, 360, 240][i], width=[1280, 640, 320][i])  # fmt: skip
+            count = rule.text_counter
+            _, layout = render(vt, kind=2, family=family_of(rule_name), token_ids=None,
+                               text_ids=lambda t, c=count: [0] * c(t))  # fmt: skip
+            assert work.unit_starts(i).tolist() == layout.unit_starts.tolist()
+            assert work.unit_tokens[i] == layout.unit_tokens
+            lens[i] = vt.total + 11
+        load = VisionLoad.build(work, VisionCost(seconds_per_patch=1.0), lens)
+        for i, d in itertools.product(range(3), (1, 2, 3, 7)):
+            pos_units = [set() for _ in range(d)]
+            for r in range(d):
+                pos = shard_indices(padded_seqlen(int(lens[i]), d), d, r)
+                for u, s0 in enumerate(work.unit_starts(i)):
+                    if np.any((pos >= s0) & (pos < s0 + work.unit_tokens[i])):
+                        pos_units[r].add(u)
+            want = [len(x) for x in pos_units]
+            assert member_units(work, i, int(lens[i]), d).tolist() == want
+            got = group_vision_seconds(load, lens, np.array([i]), np.zeros(1, np.int64),
+                                       np.array([d]))  # fmt: skip
+            assert got[0] == pytest.approx(max(want) * load.unit_s[i], rel=1e-12)
 
 
 def test_encoder_presets_are_the_published_sizes():
@@ -158,8 +199,16 @@ def _batch(rng: np.random.Generator, k: int, cap: int, n: int) -> tuple[np.ndarr
     last = first + np.maximum(units * (m + gap) - gap, 0)
     lens = np.minimum(last + rng.integers(1, 200, k), cap * n)
     units = np.where(last < lens, units, 0)
-    work = VisionWork.build(units=units, unit_tokens=m, first=first, stride=m + gap,
-                            patches=4 * m, decode_mpix=rng.random(k))  # fmt: skip
+    if rng.random() < 0.5:  # regular layout
+        work = VisionWork.build(units=units, unit_tokens=m, first=first, stride=m + gap,
+                                patches=4 * m, decode_mpix=rng.random(k))  # fmt: skip
+        return lens, work
+    starts = []  # explicit layout: gaps of 0..gap tokens between units
+    for i in range(k):
+        steps = m[i] + rng.integers(0, gap[i] + 1, max(units[i] - 1, 0))
+        starts.append((first[i] + np.concatenate([[0], np.cumsum(steps)]))[: units[i]])
+    work = VisionWork.build(unit_starts=starts, unit_tokens=m, patches=4 * m,
+                            decode_mpix=rng.random(k))  # fmt: skip
     return lens, work
 
 
@@ -306,7 +355,7 @@ def test_index_vision_work_counts_the_units_the_loader_decodes(tmp_path):
     config = ScanConfig(vision_rule="qwen3-vl")
     index = build_index([str(p) for p in shards], tmp_path / "idx", config=config,
                         counter=byte_ids)  # fmt: skip
-    work = VisionWork.from_index(index)
+    work = VisionWork.from_index(index, layout="specials-first")  # SampleEncoder's layout
     video = np.flatnonzero(np.asarray(index.modality) == 1)
     assert video.size == 2 and np.all(work.units[video] > 0)
     assert np.all(work.units[np.asarray(index.modality) == 0] == 0)
@@ -316,8 +365,7 @@ def test_index_vision_work_counts_the_units_the_loader_decodes(tmp_path):
         seqlen = len(enc.tokens)
         assert seqlen == index.seqlens[i]
         for d in (1, 3):
-            held = held_units(work.first[i], work.stride[i], work.unit_tokens[i], work.units[i],
-                              seqlen, np.full(d, d), np.arange(d))  # fmt: skip
+            held = member_units(work, int(i), seqlen, d)
             for r in range(d):
                 pos = shard_indices(padded_seqlen(seqlen, d), d, r)
                 vi = encoder.vision_input(enc, sample_id=int(i), key="k",

@@ -38,11 +38,41 @@ def _held(f: int, st: int, m: int, u: int, seqlen: int, d: int, i: int) -> int:
 
 
 @nb.njit(cache=True)
+def _count_below(x: np.ndarray, lo: int, hi: int, v: int) -> int:
+    """#{k in [lo, hi): x[k] < v} for sorted x (binary search)."""
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b) // 2
+        if x[mid] < v:
+            a = mid + 1
+        else:
+            b = mid
+    return a - lo
+
+
+@nb.njit(cache=True)
+def _held_explicit(
+    starts: np.ndarray, lo: int, hi: int, m: int, seqlen: int, d: int, i: int
+) -> int:
+    """Units with sorted starts `starts[lo:hi]` meeting member i's chunks: #(start < b) −
+    #(start + m <= a) per chunk, a unit meeting both counted once."""
+    c = (seqlen + 2 * d - 1) // (2 * d)
+    a0, b0, a1, b1 = i * c, (i + 1) * c, (2 * d - 1 - i) * c, (2 * d - i) * c
+    before0 = _count_below(starts, lo, hi, b0)
+    first_chunk = max(before0 - _count_below(starts, lo, hi, a0 - m + 1), 0)
+    ends_by_a1 = _count_below(starts, lo, hi, a1 - m + 1)
+    second_chunk = max(_count_below(starts, lo, hi, b1) - ends_by_a1, 0)
+    return first_chunk + second_chunk - max(before0 - ends_by_a1, 0)
+
+
+@nb.njit(cache=True)
 def group_vision(
     first: np.ndarray,
     stride: np.ndarray,
     unit_tokens: np.ndarray,
     units_of: np.ndarray,
+    ptr: np.ndarray,
+    starts: np.ndarray,
     lens: np.ndarray,
     unit_s: np.ndarray,
     total: np.ndarray,
@@ -50,6 +80,7 @@ def group_vision(
     unit_group: np.ndarray,
     degs: np.ndarray,
 ) -> np.ndarray:
+    """Busiest member's vision seconds per group; `ptr` empty means the regular layout."""
     off = np.zeros(degs.size + 1, np.int64)
     for g in range(degs.size):
         off[g + 1] = off[g] + degs[g]
@@ -64,7 +95,10 @@ def group_vision(
             per_member[off[g]] += total[s]
             continue
         for i in range(d):
-            n = _held(first[s], stride[s], unit_tokens[s], units_of[s], lens[s], d, i)
+            if ptr.size > 0:  # explicit unit starts
+                n = _held_explicit(starts, ptr[s], ptr[s + 1], unit_tokens[s], lens[s], d, i)
+            else:
+                n = _held(first[s], stride[s], unit_tokens[s], units_of[s], lens[s], d, i)
             per_member[off[g] + i] += unit_s[s] * n
     out = np.zeros(degs.size)
     for g in range(degs.size):
