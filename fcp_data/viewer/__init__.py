@@ -5,12 +5,12 @@
     path, results = view(batch, cluster, cost, "out/plan.png")  # never overwrites: plan-1.png
     summarize(results, batch, path)
 
-`fcp view` is the command line over it. Modules: `batch` (one global batch from a saved plan,
-an index, shards or lengths), `bars` (the timeline: bars and wave spans under the simulator's
-execution model), `colors` (one fixed colour per degree), `gantt` (one strategy's panel and the degree
-table), `figure` (the whole picture and where it is written), `summary` (the terminal table),
-`compare` (plan every strategy and draw). Names load lazily (PEP 562): importing the package
-imports neither matplotlib nor the planner.
+`fcp view` is the command line over it. Modules: `batch` (one global batch from a saved
+plan, an index, shards or lengths), `bars` (the timeline: bars and wave spans under the
+simulator's execution model), `colors` (one fixed colour per degree), `gantt` (one strategy's
+panel and the degree table), `figure` (the whole picture and where it is written), `summary`
+(the terminal table), `compare` (plan every strategy and draw). Names load lazily (PEP 562):
+importing the package imports neither matplotlib nor the planner.
 """
 
 from __future__ import annotations
