@@ -83,27 +83,12 @@ def _epochs(loader: Any) -> Iterator[Any]:
         epoch += 1
 
 
-def _reduce_and_step(model: Any, opt: Any) -> None:
-    """Sum gradients over every replica (each holds exact per-token shares) and step."""
-    import torch
-    import torch.distributed as dist
-
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    offset = 0
-    for p, g in zip(model.parameters(), grads):
-        p.grad = flat[offset : offset + g.numel()].view_as(p)
-        offset += g.numel()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-
-
 def _train(cfg: TrainConfig, rank: int, cache: Any, strategy: str, no_cp: bool) -> list[dict]:
     import torch
     import torch.distributed as dist
 
     from .. import cp_context
+    from ..grads import all_reduce_gradients
 
     model = build_model(cfg.seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -128,7 +113,9 @@ def _train(cfg: TrainConfig, rank: int, cache: Any, strategy: str, no_cp: bool) 
                 loss_sum += loss.detach()
         if not mb.is_last_wave:
             continue
-        _reduce_and_step(model, opt)
+        all_reduce_gradients(model)  # a sum: each replica holds exact per-token shares
+        opt.step()
+        opt.zero_grad(set_to_none=True)
         stats = torch.tensor([float(loss_sum), busy, time.perf_counter() - t_step])
         dist.all_reduce(stats[:1])
         dist.all_reduce(stats[1:], op=dist.ReduceOp.MAX)
