@@ -120,68 +120,88 @@ def _pax_fields(data: bytes) -> dict[str, str]:
     return out
 
 
+def _cut(chain: int, at: int, got: int) -> TarDamage:
+    where = (
+        "at a member boundary"
+        if got == 0 and at % BLOCK == 0
+        else "inside a member header"
+        if got
+        else "inside a member's padding"
+    )
+    return TarDamage(
+        chain,
+        -1,
+        f"cut {where} at byte {at + got}: no end-of-archive blocks, so any member after it "
+        "is lost; re-create or re-copy the shard",
+    )
+
+
+def _damage(block: bytes, start: int, chain: int, stop: int) -> TarDamage:
+    what = (
+        "a zero block (end-of-archive marker)"
+        if block == ZERO_BLOCK
+        else "a corrupt member header (bad checksum)"
+    )
+    if chain == 0 and stop < 0:
+        why = "not a tar archive: no valid member header anywhere"
+    elif stop < 0:
+        why = f"{what} at byte {start} and no valid header after it"
+    else:
+        why = f"{what} at byte {start}; reading resumed at byte {stop}"
+    return TarDamage(chain, stop, f"{why}; re-create the shard")
+
+
 def walk_tar(src: ByteSource, want: Callable[[str], bool]) -> Iterator[TarMember | TarDamage]:
     """Members of the tar in `src` in order, with their data when `want(name)`; damage inline.
 
-    Raises CompressedShardError when the source starts with a compression format's magic.
+    A damaged region starts at the first header of the lost member's chain (a pax or GNU
+    long-name header comes before the member's own header). Raises CompressedShardError when
+    the source starts with a compression format's magic bytes.
     """
     long_name: str | None = None
     pax: dict[str, str] = {}
+    chain = -1  # offset of the first header of the member being read, -1 between members
     while True:
         start = src.pos
+        chain = start if chain < 0 else chain
         block = src.read(BLOCK)
         if start == 0 and (fmt := compression_of(block)) is not None:
             raise CompressedShardError(src.url, fmt)
         if len(block) < BLOCK:
-            where = "at a member boundary" if not block else "inside a member header"
-            yield TarDamage(
-                start,
-                -1,
-                f"cut {where} at byte {start + len(block)}: no end-of-archive blocks, so "
-                "any member after it is lost; re-create or re-copy the shard",
-            )
+            yield _cut(chain, start, len(block))
             return
         info = None if block == ZERO_BLOCK else _header(block)
         if info is None:
             found, dirty = _resync(src)
             stop = src.pos - BLOCK if found is not None else -1
-            if block == ZERO_BLOCK and not dirty:
+            if block == ZERO_BLOCK and not dirty and chain == start:
                 if found is None:
                     return  # the end-of-archive marker, then only zeros
-                block = found  # an all-zero gap (concatenated archives): nothing lost
-            else:
-                what = "a zero block (end-of-archive marker)" if block == ZERO_BLOCK else (
-                    "a corrupt member header (bad checksum)"
-                )
-                if start == 0 and found is None:
-                    why = "not a tar archive: no valid member header anywhere"
-                elif found is None:
-                    why = f"{what} at byte {start} and no valid header after it"
-                else:
-                    why = f"{what} at byte {start}; reading resumed at byte {stop}"
-                yield TarDamage(start, stop, f"{why}; re-create the shard")
+            else:  # a lost member: its pending pax / long-name headers go with it
+                yield _damage(block, start, chain, stop)
                 if found is None:
                     return
-                block = found
-            start = stop
-            info = _header(block)
+                long_name, pax = None, {}
+            assert found is not None
+            start = chain = stop  # an all-zero gap (concatenated archives) loses nothing
+            info = _header(found)
             assert info is not None
         size = int(pax["size"]) if "size" in pax else info.size
         data_at = start + BLOCK
         if src.seekable and data_at + size > src.size:
             yield TarDamage(
-                start,
+                chain,
                 -1,
                 f"member {info.name!r} at byte {start} needs {size} data bytes but the shard "
                 f"ends at byte {src.size}: truncated; re-create or re-copy the shard",
             )
             return
+        meta = b""
         if info.type == tarfile.GNUTYPE_LONGNAME or info.type in _PAX_TYPES:
             meta = src.read(size)
             got = len(meta)
         elif info.type in _FILE_TYPES:
             name = pax.get("path") or long_name or info.name
-            long_name, pax = None, {}
             if want(name):
                 data: bytes | None = src.read(size)
                 got = len(data)
@@ -193,7 +213,7 @@ def walk_tar(src: ByteSource, want: Callable[[str], bool]) -> Iterator[TarMember
             got = src.skip(size)
         if got < size:
             yield TarDamage(
-                start,
+                chain,
                 -1,
                 f"cut inside member {info.name!r} at byte {data_at + got} (read {got} of "
                 f"{size} data bytes); re-create or re-copy the shard",
@@ -203,4 +223,6 @@ def walk_tar(src: ByteSource, want: Callable[[str], bool]) -> Iterator[TarMember
             long_name = meta.rstrip(b"\0").decode("utf-8", "surrogateescape")
         elif info.type in _PAX_TYPES:
             pax = _pax_fields(meta)
+        else:
+            long_name, pax, chain = None, {}, -1
         src.skip(-size % BLOCK)
