@@ -10,6 +10,8 @@ its exit status: a non-zero status means the stream may be incomplete, never a c
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import select
 import signal
@@ -87,7 +89,8 @@ class ByteSource:
             data = self._file.read(n)
         else:
             self._fill(n)
-            data = bytes(self._buf[:n])
+            with memoryview(self._buf) as view:  # one copy, not slice-then-bytes
+                data = bytes(view[:n])
             del self._buf[:n]
         self.pos += len(data)
         return data
@@ -153,10 +156,16 @@ class ByteSource:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+
+
+def _grow_pipe(fd: int) -> None:
+    """Ask Linux for a 1 MiB pipe buffer (default 64 KiB): 16x fewer select/read rounds."""
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if set_size is not None:
+        with contextlib.suppress(OSError):  # above /proc/sys/fs/pipe-max-size: keep the default
+            fcntl.fcntl(fd, set_size, READ_CHUNK)
 
 
 def open_source(url: str, *, timeout_s: float) -> ByteSource:
@@ -170,8 +179,9 @@ def open_source(url: str, *, timeout_s: float) -> ByteSource:
             start_new_session=True,  # its own process group: a stall kills `sh -c` children too
         )
         assert proc.stdout is not None
+        _grow_pipe(proc.stdout.fileno())
         return ByteSource(url, fd=proc.stdout.fileno(), proc=proc, timeout_s=timeout_s)
     if is_stream(url):  # a FIFO: O_NONBLOCK, else open() itself waits forever for a writer
         fd = os.open(url, os.O_RDONLY | os.O_NONBLOCK)
         return ByteSource(url, fd=fd, timeout_s=timeout_s)
-    return ByteSource(url, file=open(url, "rb"), timeout_s=timeout_s)  # noqa: SIM115
+    return ByteSource(url, file=open(url, "rb"), timeout_s=timeout_s)

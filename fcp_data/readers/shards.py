@@ -153,8 +153,9 @@ def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadM
         if isinstance(ev, TarDamage):
             where = f"bytes {ev.start}..{'end' if ev.stop < 0 else ev.stop}"
             if current is not None:
-                yield BadMember(current.key, bad or f"precedes damaged tar {where}: it may be "
-                                f"missing members")
+                yield BadMember(
+                    current.key, bad or f"precedes damaged tar {where}: it may be missing members"
+                )
                 current = None
             yield BadMember(f"({where})", ev.reason)
             after_damage = f"follows damaged tar {where}: it may be missing members"

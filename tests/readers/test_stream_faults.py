@@ -19,9 +19,11 @@ import pytest
 import webdataset as wds
 from webdataset import TarWriter
 
+from fcp_data.cli import main
 from fcp_data.errors import DataError, SampleError
 from fcp_data.readers.build import build_index
 from fcp_data.readers.errors import CompressedShardError
+from fcp_data.readers.length_index import LengthIndex
 from fcp_data.readers.scan import ScanConfig
 from fcp_data.readers.shards import expand_shards
 from fcp_data.readers.stream import stream_records
@@ -88,7 +90,7 @@ def test_silent_pipe_is_bounded_by_the_stream_timeout() -> None:
     assert keys == [] and len(skipped) == 1
     assert "no data for 0.3 s" in skipped[0].reason
     assert "stream_timeout_s" in skipped[0].reason and skipped[0].shard == "pipe:sleep 30"
-    with pytest.raises(SampleError, match="no data for 0.3 s"):
+    with pytest.raises(SampleError, match=r"no data for 0\.3 s"):
         _run("pipe:sleep 30", ScanConfig(stream_timeout_s=0.3, on_error="raise"))
 
 
@@ -161,7 +163,7 @@ def test_compressed_shards_are_refused_with_the_reason(shard: Path, tmp_path: Pa
             expand_shards(spec)
     disguised = tmp_path / "plain-name.tar"  # gzip bytes under a .tar name: found by magic
     disguised.write_bytes(tgz.read_bytes())
-    with pytest.raises(DataError, match="gzip-compressed shard.*seeking to its byte offset"):
+    with pytest.raises(DataError, match=r"gzip-compressed shard.*seeking to its byte offset"):
         build_index(str(disguised), tmp_path / "idx")
     with pytest.raises(CompressedShardError, match=r"pipe:gzip -dc"):
         _run(f"pipe:cat {shlex.quote(str(tgz))}")
@@ -172,3 +174,14 @@ def test_compressed_shards_are_refused_with_the_reason(shard: Path, tmp_path: Pa
 def test_stream_timeout_must_be_positive(shard: Path) -> None:
     with pytest.raises(ValueError, match="stream_timeout_s=0"):
         _run(str(shard), ScanConfig(stream_timeout_s=0))
+
+
+def test_cli_stream_timeout_reaches_the_scan(tmp_path: Path) -> None:
+    from fcp_data.cli import main
+
+    assert (
+        main(["index", "pipe:sleep 30", "-o", str(tmp_path / "i"), "--stream-timeout", "0.2"]) == 0
+    )
+    idx = LengthIndex.open(tmp_path / "i")
+    assert idx.header.scan.stream_timeout_s == 0.2
+    assert "no data for 0.2 s" in idx.skipped[0].reason

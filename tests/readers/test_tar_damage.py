@@ -168,7 +168,9 @@ def test_any_damaged_block_loses_nothing_silently(tmp_path: Path, block: int, mo
     intact = _intact(tmp_path / "a.tar")
     off = 512 * block
     if mode == "garbage":
-        data = intact[:off] + bytes((i * 89 + block) % 256 for i in range(512)) + intact[off + 512 :]
+        data = (
+            intact[:off] + bytes((i * 89 + block) % 256 for i in range(512)) + intact[off + 512 :]
+        )
     elif mode == "zero":
         data = intact[:off] + bytes(512) + intact[off + 512 :]
     else:
@@ -194,3 +196,27 @@ def test_any_damaged_block_loses_nothing_silently(tmp_path: Path, block: int, mo
         assert {k: r.members for k, r in got.items()} == {k: r.members for k, r in want.items()}
         return
     _assert_nothing_lost(intact, data, tmp_path)
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_header_formats_match_tarfile(tmp_path: Path, fmt: int) -> None:
+    """Long names (ustar prefix, GNU long-name, pax path), non-ASCII names, a directory."""
+    names = [f"{'d' * 60}/{'n' * 80}.txt", "short.txt", "dir/é-clip.json", f"{'k' * 95}.cls"]
+    if fmt != tarfile.USTAR_FORMAT:
+        names.append(f"{'x' * 180}.txt")  # too long for ustar
+    path = tmp_path / "f.tar"
+    with tarfile.open(path, "w", format=fmt) as tf:
+        info = tarfile.TarInfo("adir")
+        info.type = tarfile.DIRTYPE
+        tf.addfile(info)
+        for k, name in enumerate(names):
+            data = bytes([k]) * (10 + 300 * k)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    with tarfile.open(path) as tf:
+        want = {m.name: (m.offset_data, m.size) for m in tf.getmembers() if m.isfile()}
+    got, bad = _scan(path.read_bytes(), tmp_path / "g.tar")
+    assert bad == []
+    seen = {f"{key}.{ext}": span for key, raw in got.items() for ext, span in raw.members.items()}
+    assert seen == want
