@@ -177,7 +177,6 @@ def test_stream_timeout_must_be_positive(shard: Path) -> None:
 
 
 def test_cli_stream_timeout_reaches_the_scan(tmp_path: Path) -> None:
-
     assert (
         main(["index", "pipe:sleep 30", "-o", str(tmp_path / "i"), "--stream-timeout", "0.2"]) == 0
     )
