@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, SampleError
+from .optional import require
 from .rules_base import VisionTokenRule, VisionTokens
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ __all__ = ["decode_frames", "decode_index_video", "decode_sample_video", "groups
 
 
 def _pyav_frames(data: bytes, indices: Sequence[int], where: _Where) -> list[np.ndarray]:
-    import av
+    av = require("av", "decoding video frames with PyAV")
 
     wanted = sorted(set(indices))
     wanted_set = set(wanted)
@@ -56,7 +57,7 @@ def _pyav_frames(data: bytes, indices: Sequence[int], where: _Where) -> list[np.
 
 
 def _decord_frames(data: bytes, indices: Sequence[int], where: _Where) -> list[np.ndarray]:
-    import decord
+    decord = require("decord", "decoding video frames with decord")
 
     try:
         vr = decord.VideoReader(io.BytesIO(data))

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingDependencyError
 from .errors import ErrorPolicy, FailureLog
 from .media_meta import VideoMeta, decode_json_object, image_size, video_meta_from_fields
 from .probe import BACKENDS, Prober, ProbeTimeout
@@ -189,6 +189,8 @@ class Scanner:
             try:
                 record = self.record(url, raw)
                 _check_columns(record)
+            except MissingDependencyError:
+                raise  # a configuration error (PyAV, tokenizers missing): not a bad sample
             except (ValueError, ProbeTimeout) as exc:
                 self.log.fail(url, raw.key, str(exc))
                 continue
