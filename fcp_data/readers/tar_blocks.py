@@ -121,6 +121,8 @@ def _pax_fields(data: bytes) -> dict[str, str]:
 
 
 def _cut(chain: int, at: int, got: int) -> TarDamage:
+    if at == 0 and got == 0:
+        return TarDamage(0, -1, "empty: not one byte, not even the end-of-archive blocks")
     where = (
         "at a member boundary"
         if got == 0 and at % BLOCK == 0

@@ -68,6 +68,13 @@ def test_nonzero_exit_after_a_whole_tar_is_a_counted_loss(shard: Path, tmp_path:
         _run(spec, ScanConfig(on_error="raise"))
 
 
+def test_a_failing_command_with_no_output_is_named(tmp_path: Path) -> None:
+    spec = f"pipe:cat {tmp_path / 'missing.tar'} 2>/dev/null"
+    keys, skipped = _run(spec)
+    assert keys == [] and [s.key for s in skipped] == ["(bytes 0..end)", "(shard)"]
+    assert "empty" in skipped[0].reason and "exited with status 1" in skipped[1].reason
+
+
 def test_stream_cut_inside_a_member_is_a_skip_not_a_read_error(shard: Path) -> None:
     k3 = _member(shard, 3)
     cut = k3.offset_data + 40  # inside k3's text
