@@ -57,6 +57,7 @@ class ByteSource:
         self._file, self._fd, self._proc = file, fd, proc
         self._buf = bytearray()
         self._eof = False
+        self.stalled = False  # set when a read ran past timeout_s
         self.size = os.fstat(file.fileno()).st_size if file is not None else -1
 
     @property
@@ -68,6 +69,7 @@ class ByteSource:
         while len(self._buf) < want and not self._eof:
             ready, _, _ = select.select([self._fd], [], [], self.timeout_s)
             if not ready:
+                self.stalled = True
                 what = "command" if self._proc is not None else "FIFO"
                 raise StreamStalled(
                     f"{self.url}: no data for {self.timeout_s:g} s after byte "

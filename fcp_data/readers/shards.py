@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
-from .byte_source import StreamStalled, is_stream, open_source
+from .byte_source import is_stream, open_source
 from .errors import CompressedShardError
 from .tar_blocks import TarDamage, TarMember, compression_of, walk_tar
 
@@ -190,9 +190,10 @@ def iter_raw_samples(
 
     Nothing is lost without a record: a damaged region of the tar (bad header, cut, missing
     end-of-archive blocks) yields a `BadMember` keyed "(bytes START..STOP)" and reading resumes
-    at the next valid header; a `pipe:` command that exits non-zero, or a stream that stalls
-    for `timeout_s`, yields a `BadMember` keyed "(shard)". Streams (pipes, FIFOs) are read
-    fully. Raises CompressedShardError for a compressed shard.
+    at the next valid header; a stream that stalls for `timeout_s` is such a region from the
+    member being read on; a `pipe:` command that exits non-zero yields a `BadMember` keyed
+    "(shard)". Streams (pipes, FIFOs) are read fully. Raises CompressedShardError for a
+    compressed shard.
     """
     stream = is_stream(url)
     try:
@@ -205,16 +206,12 @@ def iter_raw_samples(
         split = _split_name(name)
         return stream or (split is not None and load(split[1]))
 
-    drained, stalled = False, None
+    drained = False
     try:
         yield from _group(walk_tar(src, want))
-        drained = True
-    except StreamStalled as exc:
-        stalled = str(exc)
+        drained = not src.stalled
     finally:
         status = src.close(drained=drained)  # also on GeneratorExit: kills a pipe's command
-    if stalled is not None:
-        yield BadMember("(shard)", stalled)
     if status is not None:
         yield BadMember("(shard)", status)
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
-from .byte_source import ByteSource
+from .byte_source import ByteSource, StreamStalled
 from .errors import CompressedShardError
 
 __all__ = ["COMPRESSED_MAGIC", "TarDamage", "TarMember", "compression_of", "walk_tar"]
@@ -157,74 +157,78 @@ def walk_tar(src: ByteSource, want: Callable[[str], bool]) -> Iterator[TarMember
     """Members of the tar in `src` in order, with their data when `want(name)`; damage inline.
 
     A damaged region starts at the first header of the lost member's chain (a pax or GNU
-    long-name header comes before the member's own header). Raises CompressedShardError when
-    the source starts with a compression format's magic bytes.
+    long-name header comes before the member's own header). A stream that stalls ends the walk
+    with a damage record (its `stalled` flag is set). Raises CompressedShardError when the
+    source starts with a compression format's magic bytes.
     """
     long_name: str | None = None
     pax: dict[str, str] = {}
     chain = -1  # offset of the first header of the member being read, -1 between members
-    while True:
-        start = src.pos
-        chain = start if chain < 0 else chain
-        block = src.read(BLOCK)
-        if start == 0 and (fmt := compression_of(block)) is not None:
-            raise CompressedShardError(src.url, fmt)
-        if len(block) < BLOCK:
-            yield _cut(chain, start, len(block))
-            return
-        info = None if block == ZERO_BLOCK else _header(block)
-        if info is None:
-            found, dirty = _resync(src)
-            stop = src.pos - BLOCK if found is not None else -1
-            if block == ZERO_BLOCK and not dirty and chain == start:
-                if found is None:
-                    return  # the end-of-archive marker, then only zeros
-            else:  # a lost member: its pending pax / long-name headers go with it
-                yield _damage(block, start, chain, stop)
-                if found is None:
-                    return
-                long_name, pax = None, {}
-            assert found is not None
-            start = chain = stop  # an all-zero gap (concatenated archives) loses nothing
-            info = _header(found)
-            assert info is not None
-        size = int(pax["size"]) if "size" in pax else info.size
-        data_at = start + BLOCK
-        if src.seekable and data_at + size > src.size:
-            yield TarDamage(
-                chain,
-                -1,
-                f"member {info.name!r} at byte {start} needs {size} data bytes but the shard "
-                f"ends at byte {src.size}: truncated; re-create or re-copy the shard",
-            )
-            return
-        meta = b""
-        if info.type == tarfile.GNUTYPE_LONGNAME or info.type in _PAX_TYPES:
-            meta = src.read(size)
-            got = len(meta)
-        elif info.type in _FILE_TYPES:
-            name = pax.get("path") or long_name or info.name
-            if want(name):
-                data: bytes | None = src.read(size)
-                got = len(data)
+    try:
+        while True:
+            start = src.pos
+            chain = start if chain < 0 else chain
+            block = src.read(BLOCK)
+            if start == 0 and (fmt := compression_of(block)) is not None:
+                raise CompressedShardError(src.url, fmt)
+            if len(block) < BLOCK:
+                yield _cut(chain, start, len(block))
+                return
+            info = None if block == ZERO_BLOCK else _header(block)
+            if info is None:
+                found, dirty = _resync(src)
+                stop = src.pos - BLOCK if found is not None else -1
+                if block == ZERO_BLOCK and not dirty and chain == start:
+                    if found is None:
+                        return  # the end-of-archive marker, then only zeros
+                else:  # a lost member: its pending pax / long-name headers go with it
+                    yield _damage(block, start, chain, stop)
+                    if found is None:
+                        return
+                    long_name, pax = None, {}
+                assert found is not None
+                start = chain = stop  # an all-zero gap (concatenated archives) loses nothing
+                info = _header(found)
+                assert info is not None
+            size = int(pax["size"]) if "size" in pax else info.size
+            data_at = start + BLOCK
+            if src.seekable and data_at + size > src.size:
+                yield TarDamage(
+                    chain,
+                    -1,
+                    f"member {info.name!r} at byte {start} needs {size} data bytes but the shard "
+                    f"ends at byte {src.size}: truncated; re-create or re-copy the shard",
+                )
+                return
+            meta = b""
+            if info.type == tarfile.GNUTYPE_LONGNAME or info.type in _PAX_TYPES:
+                meta = src.read(size)
+                got = len(meta)
+            elif info.type in _FILE_TYPES:
+                name = pax.get("path") or long_name or info.name
+                if want(name):
+                    data: bytes | None = src.read(size)
+                    got = len(data)
+                else:
+                    data, got = None, src.skip(size)
+                if got == size:
+                    yield TarMember(name, data_at, size, data)
+            else:  # directories, links, global pax headers: nothing to index
+                got = src.skip(size)
+            if got < size:
+                yield TarDamage(
+                    chain,
+                    -1,
+                    f"cut inside member {info.name!r} at byte {data_at + got} (read {got} of "
+                    f"{size} data bytes); re-create or re-copy the shard",
+                )
+                return
+            if info.type == tarfile.GNUTYPE_LONGNAME:
+                long_name = meta.rstrip(b"\0").decode("utf-8", "surrogateescape")
+            elif info.type in _PAX_TYPES:
+                pax = _pax_fields(meta)
             else:
-                data, got = None, src.skip(size)
-            if got == size:
-                yield TarMember(name, data_at, size, data)
-        else:  # directories, links, global pax headers: nothing to index
-            got = src.skip(size)
-        if got < size:
-            yield TarDamage(
-                chain,
-                -1,
-                f"cut inside member {info.name!r} at byte {data_at + got} (read {got} of "
-                f"{size} data bytes); re-create or re-copy the shard",
-            )
-            return
-        if info.type == tarfile.GNUTYPE_LONGNAME:
-            long_name = meta.rstrip(b"\0").decode("utf-8", "surrogateescape")
-        elif info.type in _PAX_TYPES:
-            pax = _pax_fields(meta)
-        else:
-            long_name, pax, chain = None, {}, -1
-        src.skip(-size % BLOCK)
+                long_name, pax, chain = None, {}, -1
+            src.skip(-size % BLOCK)
+    except StreamStalled as exc:  # the member being read, and all after it, are unknown
+        yield TarDamage(chain if chain >= 0 else src.pos, -1, str(exc))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import pickle
 import shlex
 import tarfile
 import threading
@@ -90,7 +91,15 @@ def test_stream_cut_inside_a_member_is_a_skip_not_a_read_error(shard: Path) -> N
     assert keys == ["k0", "k1"] and any("cut inside member" in s.reason for s in skipped)
 
 
-def test_silent_pipe_is_bounded_by_the_stream_timeout() -> None:
+def test_silent_pipe_is_bounded_by_the_stream_timeout(shard: Path) -> None:
+    k3 = _member(shard, 3)
+    cut = k3.offset_data + 40  # the command sends part of k3, then goes quiet
+    start = time.monotonic()
+    keys, skipped = _run(f"pipe:sh -c 'head -c {cut} {shlex.quote(str(shard))}; sleep 30'")
+    assert time.monotonic() - start < 10
+    assert keys == ["k0", "k1"]  # k2 may be missing members: reported, as is the rest
+    assert [s.key for s in skipped] == ["k2", f"(bytes {k3.offset}..end)"]
+    assert f"no data for 0.5 s after byte {cut}" in skipped[1].reason
     start = time.monotonic()
     keys, skipped = _run("pipe:sleep 30", ScanConfig(stream_timeout_s=0.3))
     assert time.monotonic() - start < 10  # killed, not waited for
@@ -172,8 +181,10 @@ def test_compressed_shards_are_refused_with_the_reason(shard: Path, tmp_path: Pa
     disguised.write_bytes(tgz.read_bytes())
     with pytest.raises(DataError, match=r"gzip-compressed shard.*seeking to its byte offset"):
         build_index(str(disguised), tmp_path / "idx")
-    with pytest.raises(CompressedShardError, match=r"pipe:gzip -dc"):
+    with pytest.raises(CompressedShardError, match=r"pipe:gzip -dc") as info:
         _run(f"pipe:cat {shlex.quote(str(tgz))}")
+    again = pickle.loads(pickle.dumps(info.value))  # crosses the index build's process pool
+    assert str(again) == str(info.value) and again.fmt == "gzip"
     keys, skipped = _run(f"pipe:gzip -dc {shlex.quote(str(tgz))}")  # the suggested route
     assert keys == oracle and skipped == []
 
