@@ -103,29 +103,29 @@ class SampleRecord(msgspec.Struct, kw_only=True):
         return read_members(self.url, self.members, exts)
 
 
-def _check_columns(record: SampleRecord) -> None:
+def _column_limits() -> dict[str, tuple[int, int]]:
+    """(min, max) of the index column of each integer field a record carries."""
+    from .index_format import SAMPLE_ARRAYS  # index_format imports this module
+
+    fields = ("num_frames", "width", "height", "text_tokens", "vision_tokens", "special_tokens")
+    return {
+        name: (int(np.iinfo(SAMPLE_ARRAYS[name]).min), int(np.iinfo(SAMPLE_ARRAYS[name]).max))
+        for name in fields
+    }
+
+
+def _check_columns(record: SampleRecord, limits: dict[str, tuple[int, int]]) -> None:
     """ValueError naming the field when a value does not fit its index column's dtype.
 
     A sidecar may claim 2**31 frames or a 100000x100000 picture; written into an int32
     column that would raise OverflowError and end the whole build, so it is one bad sample.
     """
-    from .index_format import SAMPLE_ARRAYS  # index_format imports this module
-
-    values = {
-        "num_frames": record.num_frames,
-        "width": record.width,
-        "height": record.height,
-        "text_tokens": record.text_tokens,
-        "vision_tokens": record.vision_tokens,
-        "special_tokens": record.special_tokens,
-        "seqlens": record.seqlen,
-    }
-    for name, value in values.items():
-        info = np.iinfo(np.dtype(SAMPLE_ARRAYS[name]))
-        if not info.min <= value <= info.max:
+    for name, (low, high) in limits.items():
+        value = getattr(record, name)
+        if not low <= value <= high:
             raise ValueError(
-                f"{name}={value} does not fit the index column ({SAMPLE_ARRAYS[name]}, "
-                f"{info.min}..{info.max}); fix the sample's metadata"
+                f"{name}={value} does not fit the index column ({low}..{high}); fix the "
+                "sample's metadata"
             )
 
 
@@ -159,6 +159,7 @@ class Scanner:
             )
         )
         self._prober: Prober | None = None
+        self._limits = _column_limits()
         if config.probe_backend not in BACKENDS:
             raise ConfigError(
                 f"probe_backend={config.probe_backend!r}; allowed: {', '.join(BACKENDS)}"
@@ -188,7 +189,7 @@ class Scanner:
                 continue
             try:
                 record = self.record(url, raw)
-                _check_columns(record)
+                _check_columns(record, self._limits)
             except MissingDependencyError:
                 raise  # a configuration error (PyAV, tokenizers missing): not a bad sample
             except (ValueError, ProbeTimeout) as exc:

@@ -92,3 +92,17 @@ def test_sidecar_that_over_reports_frames_is_caught_at_decode(tmp_path: Path) ->
     with pytest.raises(SampleError, match="6 decodable frames") as info:
         decode_index_video(idx, 0)
     assert info.value.key == "liar" and info.value.shard.endswith("liar.tar")
+
+
+def test_every_record_field_is_checked_against_its_column() -> None:
+    """The scanner's last check, for values that reach a record by any route."""
+    from fcp_data.readers.scan import SampleRecord, _check_columns, _column_limits
+
+    limits = _column_limits()
+    assert limits["num_frames"] == (-(2**31), 2**31 - 1) and limits["text_tokens"][1] == 2**63 - 1
+    fields = dict(key="k", url="u", modality=2, text_tokens=1, vision_tokens=4, members={})
+    _check_columns(SampleRecord(**fields, special_tokens=1, causal=True, width=2**31 - 1), limits)
+    with pytest.raises(ValueError, match=r"width=2147483648 does not fit"):
+        _check_columns(SampleRecord(**fields, special_tokens=1, causal=True, width=2**31), limits)
+    with pytest.raises(ValueError, match=r"special_tokens=9223372036854775808"):
+        _check_columns(SampleRecord(**fields, special_tokens=2**63, causal=True), limits)
