@@ -9,6 +9,9 @@ of 6 bytes per parameter (bf16 weights + fp32 grads; Adam states sharded by a di
 optimizer) and the ring traffic fcp_exec really sends per layer: bf16 K and V forward and
 backward plus fp32 dK and dV (`cost.ring_bytes_per_token`).
 A fitted profile (`fcp profile`) replaces all of this with measurements.
+The vision-language models name their encoder (`ModelSpec.encoder`); its VisionCost
+(`vision_presets`: encoder fwd+bwd per unit, decode per megapixel) rides on the estimate as
+`CostModel.vision`. `VisionSpec` stays the coarse size used for the model-state bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cost import CostModel, ring_bytes_per_token
+from .vision_presets import estimate_vision_cost
 
 __all__ = ["DEVICES", "MODELS", "DeviceSpec", "ModelSpec", "VisionSpec", "estimate_cost_model"]
 
@@ -50,6 +54,7 @@ class ModelSpec:
     vocab: int
     head_dim: int | None = None
     vision: VisionSpec | None = None
+    encoder: str | None = None  # vision_presets.ENCODERS name: the planner's vision cost
 
     @property
     def dim_head(self) -> int:
@@ -155,6 +160,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=8960,
             vocab=_QWEN25_VOCAB,
             vision=_INTERN_VIT,
+            encoder="internvit-300m",
         ),
         ModelSpec(
             name="internvl2.5-4b",
@@ -165,6 +171,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=11008,
             vocab=_QWEN25_VOCAB,
             vision=_INTERN_VIT,
+            encoder="internvit-300m",
         ),
         ModelSpec(
             name="internvl3-8b",
@@ -175,6 +182,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=18944,
             vocab=_QWEN25_VOCAB,
             vision=_INTERN_VIT,
+            encoder="internvit-300m",
         ),
         ModelSpec(
             name="qwen3-vl-2b",
@@ -186,6 +194,7 @@ MODELS: dict[str, ModelSpec] = {
             vocab=_QWEN3_VOCAB,
             head_dim=128,
             vision=_QWEN3_VIT,
+            encoder="qwen3-vl-vit",
         ),
         ModelSpec(
             name="qwen3-vl-4b",
@@ -197,6 +206,7 @@ MODELS: dict[str, ModelSpec] = {
             vocab=_QWEN3_VOCAB,
             head_dim=128,
             vision=_QWEN3_VIT,
+            encoder="qwen3-vl-vit",
         ),
         ModelSpec(
             name="qwen3-vl-8b",
@@ -208,6 +218,7 @@ MODELS: dict[str, ModelSpec] = {
             vocab=_QWEN3_VOCAB,
             head_dim=128,
             vision=_QWEN3_VIT_8B,
+            encoder="qwen3-vl-vit-8b",
         ),
     )
 }
@@ -299,4 +310,9 @@ def estimate_cost_model(model: str | ModelSpec, device: str | DeviceSpec) -> Cos
         static_bytes=BYTES_PER_PARAM_STATE * m.params,
         alpha_vision=alpha_vision,
         name=f"{m.name}@{dev.name} (analytic)",
+        vision=None
+        if m.encoder is None
+        else estimate_vision_cost(
+            m.encoder, dev.name, peak_flops=dev.peak_flops, llm_hidden=m.hidden
+        ),
     )
