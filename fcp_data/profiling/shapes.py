@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ConfigError
+
 __all__ = ["SHAPES", "ModelShape", "shape_from_name"]
 
 
@@ -31,9 +33,9 @@ class ModelShape:
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"ModelShape.{f}={v!r} must be an integer >= 1")
+                raise ConfigError(f"ModelShape.{f}={v!r} must be an integer >= 1")
         if self.heads % self.kv_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; GQA shares "
                 "each KV head among heads/kv_heads query heads (e.g. --heads 8 --kv-heads 2)"
             )
@@ -45,9 +47,17 @@ class ModelShape:
         return self.layers * per_layer + 2 * self.vocab * self.hidden
 
     def ring_bytes_per_token(self, bytes_per_element: int) -> float:
-        """alpha3: bytes one token's K and V put on the ring per micro-batch, all layers:
-        forward K,V once, backward K,V again plus dK,dV (3 passes, as fcp_exec's ring does)."""
-        return 3.0 * self.layers * 2 * self.kv_heads * self.head_dim * bytes_per_element
+        """alpha3: bytes one token puts on the ring per micro-batch, all layers: K,V forward and
+        backward in the activation dtype, dK,dV in fp32 (`planner.cost.ring_bytes_per_token`;
+        with fp32 activations that is 3 passes of K,V)."""
+        from fcp_data.planner.cost import ring_bytes_per_token  # the planner imports numba
+
+        return float(
+            ring_bytes_per_token(
+                kv_heads=self.kv_heads, head_dim=self.head_dim,
+                activation_bytes=bytes_per_element, layers=self.layers,
+            )
+        )  # fmt: skip
 
 
 SHAPES: dict[str, ModelShape] = {
@@ -97,7 +107,7 @@ def shape_from_name(name: str) -> ModelShape:
             ffn=m.ffn,
             vocab=m.vocab,
         )
-    raise ValueError(
+    raise ConfigError(
         f"unknown model shape {name!r}; known: {sorted(SHAPES)} and the planner presets "
         f"{sorted(MODELS)}, or give --layers/--hidden/--heads/--kv-heads/--head-dim/--ffn"
     )
