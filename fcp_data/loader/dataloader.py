@@ -40,6 +40,7 @@ from ..planner import Cluster, CostModel
 from ..readers.text import as_tokenizer
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch, SampleReadError
+from .handoff import one_buffer
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
 from .token_source import open_token_store
@@ -95,7 +96,10 @@ class _PlannedBatches(IterableDataset):
         w, n = (0, 1) if info is None else (info.id, info.num_workers)
         order = self.builder.sampler.order(self.epoch)
         for b in range(self.start + w, self.stop, n):
-            yield self.builder.build(self.epoch, b, order)
+            pb = self.builder.build(self.epoch, b, order)
+            if info is not None:  # crossing a process boundary: one buffer per micro-batch
+                pb.micro_batches = [one_buffer(mb) for mb in pb.micro_batches]
+            yield pb
 
 
 def _identity(x: PlannedBatch) -> PlannedBatch:
