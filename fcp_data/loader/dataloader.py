@@ -83,6 +83,10 @@ class LoaderOptions:
     """fcp_data.vision.VisionOptions: real templates, pixel payload and M-RoPE ids for media."""
     token_store: bool = True
     """Use the index's token store (`fcp index --store-tokens`) for text when it has one."""
+    remote: Any = None
+    """fcp_data.readers.remote.RemoteOptions for http(s)/s3 shards (retries, fsspec options)."""
+    shard_cache: Any = None
+    """fcp_data.readers.cache.ShardCache where pipe: shards are copied to be loaded."""
 
 
 class _PlannedBatches(IterableDataset):
@@ -155,6 +159,9 @@ class FCPDataLoader:
                 self.source_skipped[:3],
             )
         check_source_matches(src, tokenizer, vision_rule)
+        if hasattr(src, "shard_cache"):  # a LengthIndex: how to reach non-local shards
+            src.remote = opts.remote if opts.remote is not None else src.remote
+            src.shard_cache = opts.shard_cache if opts.shard_cache is not None else src.shard_cache
         self.cluster, self.cost, self.replica = cluster, cost, int(replica)
         self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
         self.sampler = GlobalBatchSampler(

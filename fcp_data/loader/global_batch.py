@@ -155,6 +155,19 @@ class BatchBuilder:
         spec = enc._spec()
         return build_payload(out, spec, row_width=3 * spec.temporal * spec.patch**2)
 
+    def _prefetch(self, pos: tuple[int, ...]) -> None:
+        """Let a source with remote shards fetch this wave's samples concurrently; samples
+        served by a token store are never read."""
+        prefetch = getattr(self.source, "prefetch", None)
+        if prefetch is None:
+            return
+        store = getattr(self.encoder, "store", None)
+        if store is not None:
+            modality = self.source.modality
+            pos = tuple(p for p in pos if int(modality[p]) != 0 or not store.has(p))
+        if pos:
+            prefetch(pos)
+
     def own_keys(self, epoch: int, batch_index: int) -> list[str]:
         """Keys this replica reads in a global batch (to name suspects when a worker dies)."""
         ids = self.sampler.batch(epoch, batch_index)
@@ -195,6 +208,7 @@ class BatchBuilder:
                 continue
             pos = tuple(int(ids[s]) for s in rp.sequence_ids)
             keys = tuple(str(self.source.keys[p]) for p in pos)
+            self._prefetch(pos)
             encs, masked, bad = [], [], []
             for p, k, L in zip(pos, keys, rp.seqlens):
                 enc, reason = self._read(p, int(L))
