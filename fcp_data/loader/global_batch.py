@@ -156,8 +156,8 @@ class BatchBuilder:
         return build_payload(out, spec, row_width=3 * spec.temporal * spec.patch**2)
 
     def _prefetch(self, pos: tuple[int, ...]) -> None:
-        """Let a source with remote shards fetch this wave's samples concurrently; samples
-        served by a token store are never read."""
+        """Let a source with remote shards fetch this replica's samples of the batch
+        concurrently (one round of range requests); samples a token store serves are skipped."""
         prefetch = getattr(self.source, "prefetch", None)
         if prefetch is None:
             return
@@ -191,6 +191,13 @@ class BatchBuilder:
             for s in plan.dropped
         ]
         t1 = time.perf_counter()
+        self._prefetch(
+            tuple(
+                int(ids[s])
+                for w in range(plan.num_waves)
+                for s in plan.for_replica(self.replica, w).sequence_ids
+            )
+        )
         mbs: list[MicroBatch] = []
         for w in range(plan.num_waves):
             rp = plan.for_replica(self.replica, w)
@@ -208,7 +215,6 @@ class BatchBuilder:
                 continue
             pos = tuple(int(ids[s]) for s in rp.sequence_ids)
             keys = tuple(str(self.source.keys[p]) for p in pos)
-            self._prefetch(pos)
             encs, masked, bad = [], [], []
             for p, k, L in zip(pos, keys, rp.seqlens):
                 enc, reason = self._read(p, int(L))

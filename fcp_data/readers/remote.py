@@ -50,11 +50,12 @@ class RemoteAccessError(DataError):
 class RemoteOptions:
     """How remote shards are read; `storage_options` go to `fsspec.filesystem` (e.g. an S3
     `endpoint_url` under `client_kwargs`, `anon=True`). Defaults: 5 retries starting at 0.1 s
-    (0.1 + 0.2 + ... + 1.6 = 3.1 s of backoff before giving up), 16 prefetched ranges."""
+    (0.1 + 0.2 + ... + 1.6 = 3.1 s of backoff before giving up); up to 1,024 prefetched
+    ranges held (a replica's samples of one global batch, read soon after)."""
 
     retries: int = 5
     backoff_s: float = 0.1
-    prefetch_ranges: int = 64
+    prefetch_ranges: int = 1024
     storage_options: dict[str, Any] = field(default_factory=dict)
 
 
