@@ -1,6 +1,6 @@
 """Debug-mode check that every rank runs the same plan: one all-gather of digests.
 
-Plans are made independently on every replica (DESIGN.md); a replica that planned from a
+Plans are made independently on every replica (docs/design.md); a replica that planned from a
 different length index or seed would join different rings and hang in the first P2P. One
 all-gather of (wave, digest) per micro-batch turns that hang into an error naming the ranks.
 It costs one small collective over the world (~0.1-1 ms), hence debug mode only.
