@@ -57,11 +57,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def sample_index(out: Path) -> str:
+def sample_index(out: Path) -> None:
+    """Sample shards (32 stdlib texts, 4 mp4 clips) and their length index under `out`."""
     from fcp_data.readers import build_index, make_shards
 
     shards = make_shards(out / "shards", text=32, video=4, samples_per_shard=16, time_scale=0.1)
-    return str(build_index([str(s) for s in shards], out / "index").path)
+    build_index([str(s) for s in shards], out / "index")
 
 
 def build_model(device: torch.device) -> torch.nn.Module:
@@ -175,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # processes sharing this host's cores
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_host))
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=datetime.timedelta(minutes=5))  # MASTER_ADDR/PORT
     parallel_state.initialize_model_parallel(1, 1)  # TP = PP = 1; fcp binds CP per wave
