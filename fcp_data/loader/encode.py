@@ -34,9 +34,8 @@ import numpy as np
 import torch
 
 from ..collate import VisionInput
-from ..vision.encode import encode_media, media_loss_tokens
-from ..vision.options import VisionOptions, family_spec
-from ..vision.payload import PayloadParts, sequence_payload
+from ..vision.options import VisionOptions
+from ..vision.sample import VisionEncoderMixin
 from ..vision.tokens import SpecialTokenIds
 
 __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
@@ -66,7 +65,7 @@ def _decode_text(v: Any) -> str:
 
 
 @dataclass(kw_only=True, slots=True)
-class SampleEncoder:
+class SampleEncoder(VisionEncoderMixin):
     """Picklable: runs in DataLoader workers. `rule` is a readers VisionTokenRule (video only)."""
 
     tokenizer: Tokenizer | None = None
@@ -79,9 +78,6 @@ class SampleEncoder:
     decode_backend: str = "pyav"
     vision: VisionOptions | None = None
     token_ids: SpecialTokenIds | None = None
-
-    def _spec(self) -> Any:
-        return family_spec(self.rule.name, getattr(self.rule.config, "patch_size", 14))
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
@@ -138,7 +134,9 @@ class SampleEncoder:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
         eod = max(0, special - vt.special) if hasattr(source, "special_tokens") else 0
         if self.vision is not None:
-            return self._encode_real(source, pos, sample, vt, modality, eod, sample[ext])
+            return EncodedSample(
+                **self._encode_real(source, pos, sample, vt, modality, eod, sample[ext])
+            )
         tokens = np.concatenate(
             [
                 np.full(vt.special, self.special_token_id),
@@ -154,83 +152,6 @@ class SampleEncoder:
             vision=vt,
             video=media if modality == VIDEO else None,
             image=media if modality == IMAGE else None,
-        )
-
-    def _encode_real(
-        self, source: Any, pos: int, sample: Any, vt: Any, modality: int, eod: int, media: bytes
-    ) -> EncodedSample:
-        """The vision path: real template ids, targets, layout and M-RoPE ids."""
-        assert self.vision is not None and self.token_ids is not None
-        em = encode_media(
-            vt,
-            kind=2 if modality == VIDEO else 1,
-            spec=self._spec(),
-            options=self.vision,
-            token_ids=self.token_ids,
-            text_ids=self._ids,
-            caption=self.caption_ids(sample),
-            eod=eod,
-            eod_id=self.eod_id,
-            num_frames=int(source.num_frames[pos]) if modality == VIDEO else 0,
-            fps=float(source.fps[pos]) if modality == VIDEO else 0.0,
-        )
-        return EncodedSample(
-            tokens=em.tokens,
-            vision_start=0,
-            vision=vt,
-            video=media if modality == VIDEO else None,
-            image=media if modality == IMAGE else None,
-            targets=em.targets,
-            layout=em.layout,
-            mrope=em.mrope,
-        )
-
-    def loss_tokens(self, source: Any, pos: int, seqlen: int) -> int:
-        """Loss tokens of sample `pos` (planned length `seqlen`) known without reading it."""
-        modality = int(source.modality[pos]) if hasattr(source, "modality") else TEXT
-        if self.vision is None or modality == TEXT or self.rule is None:
-            return seqlen - 1
-        if modality == VIDEO:
-            vt = self.rule.video(
-                num_frames=int(source.num_frames[pos]),
-                fps=float(source.fps[pos]),
-                height=int(source.height[pos]),
-                width=int(source.width[pos]),
-            )
-        else:
-            vt = self.rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
-        return media_loss_tokens(
-            vt,
-            seqlen,
-            loss_on_template=self.vision.loss_on_template,
-            text_counter=lambda s: len(self._ids(s)),
-        )
-
-    def vision_payload(
-        self,
-        out: PayloadParts,
-        k: int,
-        enc: EncodedSample,
-        *,
-        held: np.ndarray,
-        offset: int,
-        padded_len: int,
-    ) -> None:
-        """Add sequence k's M-RoPE slice and pixel payload to `out` (vision path only)."""
-        if self.vision is None or self.rule is None:
-            return
-        sequence_payload(
-            out,
-            k,
-            layout=enc.layout,
-            media=enc.video if enc.video is not None else enc.image,
-            mrope=enc.mrope,
-            length=len(enc.tokens),
-            held=held,
-            offset=offset,
-            padded_len=padded_len,
-            spec=self._spec(),
-            opts=self.vision,
         )
 
     def vision_input(

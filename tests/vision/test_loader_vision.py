@@ -37,7 +37,7 @@ def _run(index, tok, cost, replicas, cap, **opts):
             global_batch_size=len(index.seqlens),
             num_workers=0,
             tokenizer=tok,
-            options=LoaderOptions(vision=VisionOptions(), **opts),
+            options=LoaderOptions(**{"vision": VisionOptions(), **opts}),
         )
         out.append(list(ld))
     return out
