@@ -71,6 +71,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=20.0,
         help="seconds before a video probe is abandoned (default 20)",
     )
+    p.add_argument(
+        "--stream-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a pipe: command or FIFO may produce nothing before its shard is "
+        "abandoned and counted (default 60)",
+    )
     p.add_argument("--workers", type=int, default=1, help="scanning processes (default 1)")
     p.set_defaults(func=run)
 
@@ -106,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         image_causal=causal,
         probe_backend=args.probe_backend,
         probe_timeout_s=args.probe_timeout,
+        stream_timeout_s=args.stream_timeout,
         on_error=args.on_error,
         max_consecutive_failures=args.max_consecutive_failures,
     )
