@@ -177,7 +177,7 @@ def verify_ring(
         raise ExecError(
             f"a ring of {d} members needs torch.distributed; call init_process_group first"
         )
-    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(d))
+    ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
     if sorted(ranks) != sorted(fingerprint.ring):
         raise PlanMismatchError(
             f"the process group holds global ranks {sorted(ranks)} but the ring is "

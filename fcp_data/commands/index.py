@@ -79,6 +79,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "abandoned and counted (default 60)",
     )
     p.add_argument("--workers", type=int, default=1, help="scanning processes (default 1)")
+    p.add_argument(
+        "--store-tokens",
+        action="store_true",
+        help="also write every text sample's token ids (tokenized once, in the workers) into "
+        "a memory-mapped token store beside the index; needs a real --tokenizer",
+    )
     p.set_defaults(func=run)
 
 
@@ -118,7 +124,12 @@ def run(args: argparse.Namespace) -> int:
         max_consecutive_failures=args.max_consecutive_failures,
     )
     index = build_index(
-        args.shards, args.output, config=config, workers=args.workers, progress=True
+        args.shards,
+        args.output,
+        config=config,
+        workers=args.workers,
+        progress=True,
+        store_tokens=args.store_tokens,
     )
     console = Console()
     seq = index.seqlens

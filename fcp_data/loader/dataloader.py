@@ -42,6 +42,7 @@ from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch, SampleReadError
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
+from .token_source import open_token_store
 from .types import BatchMetrics, LoaderState, SampleSource
 
 __all__ = ["FCPDataLoader", "LoaderOptions"]
@@ -79,6 +80,8 @@ class LoaderOptions:
     encode: Callable[[Mapping[str, Any]], np.ndarray] | None = None
     vision: Any = None
     """fcp_data.vision.VisionOptions: real templates, pixel payload and M-RoPE ids for media."""
+    token_store: bool = True
+    """Use the index's token store (`fcp index --store-tokens`) for text when it has one."""
 
 
 class _PlannedBatches(IterableDataset):
@@ -192,6 +195,8 @@ class FCPDataLoader:
                 vision_token_id=opts.vision_token_id,
                 decode_backend=opts.decode_backend,
             )
+            if opts.token_store:
+                encoder.store = open_token_store(src)
         self._builder = BatchBuilder(
             source=src,
             sampler=self.sampler,
