@@ -9,7 +9,8 @@ accumulates locally. A member keeps the step-0 (diagonal) dK/dV of its own KV at
 accumulator starts one member later and arrives home after d-1 hops, not d: per member and
 layer the ring moves (d-1)/d * T * 2*H_kv*D * (2 * activation bytes + 4) bytes for T padded
 tokens (K/V forward and backward, dK/dV in fp32 for exact sums), which is what the cost model's
-`ring_bytes_per_token` charges. The dK/dV hop of step s overlaps the block compute of step s+1.
+`ring_bytes_per_token` charges; the price is one more fp32 dK/dV buffer held during the
+backward. The dK/dV hop of step s overlaps the block compute of step s+1.
 Measured: fp32 within ~1e-6 of a float64 reference for d = 1..5.
 """
 

@@ -1,6 +1,6 @@
 """Members of a ring check that they run the same plan and layout before any ring traffic.
 
-Plans are made independently on every replica (DESIGN.md). Members of a CP group that disagree
+Plans are made independently on every replica (docs/design.md). Members of a CP group that disagree
 (another seed or index, different sequence lengths with the same total, different causal flags,
 a different ring order) would otherwise exchange K/V and return silently wrong attention, or
 wait on each other until the process-group timeout. `verify_ring` is the cheap check that
@@ -177,7 +177,7 @@ def verify_ring(
         raise ExecError(
             f"a ring of {d} members needs torch.distributed; call init_process_group first"
         )
-    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(d))
+    ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
     if sorted(ranks) != sorted(fingerprint.ring):
         raise PlanMismatchError(
             f"the process group holds global ranks {sorted(ranks)} but the ring is "

@@ -23,6 +23,7 @@ from fcp_exec import (
     cp_context,
     local_token_index,
     ring_attention,
+    verify_ring,
 )
 
 from ._dist import run_distributed
@@ -83,6 +84,18 @@ def _disagreements_raise_everywhere(rank: int, cache: CPGroupCache) -> None:
                 assert "total tokens differs" not in msg
 
 
+def _wrong_group_is_named(rank: int, cache: CPGroupCache) -> None:
+    """A group that is not the ring's: every rank refuses before any collective."""
+    three = RingFingerprint.from_rank_plan(_plan(rank, **BASE), (0, 1, 2))  # type: ignore[arg-type]
+    two = RingFingerprint.from_rank_plan(_plan(rank, (0, 1)), (0, 1))
+    for fp, group in ((three, cache.get((0, 1))), (two, None)):  # None: the world, 3 ranks
+        try:
+            verify_ring(fp, group=group)
+            raise AssertionError(f"rank {rank}: a group that is not the ring was accepted")
+        except PlanMismatchError as e:
+            assert "pass the CP group of this ring" in str(e)
+
+
 def _no_collective_without_a_ring(rank: int, cache: CPGroupCache) -> None:
     """d = 1 and empty replicas return at once: a collective here would wait for rank 1."""
     plans = {0: _plan(0, (0,), (8,), (True,)), 1: _plan(1, (0,)), 2: _plan(2, (2,), (4,), (True,))}
@@ -113,6 +126,7 @@ def _verify_worker(rank: int, world: int) -> None:
     cache.prepare([(0, 1, 2), (0, 1), (1, 2), (0,), (1,), (2,)])
     _agreeing_ring_runs(rank, cache)
     _disagreements_raise_everywhere(rank, cache)
+    _wrong_group_is_named(rank, cache)
     _no_collective_without_a_ring(rank, cache)
     dist.barrier()
     _members_disagree_on_the_ring(rank, cache)  # last: leaves group (0, 1) with a stale gather
