@@ -43,6 +43,9 @@ class LengthIndex:
     def __init__(self, path: Path, header: IndexHeader, arrays: dict[str, np.ndarray]) -> None:
         self.path, self.header = path, header
         self._a = arrays
+        # plain ndarray views of the same maps for per-sample lookups: indexing a np.memmap
+        # builds a memmap object each time (~5 us); a view is ~10x cheaper, no copy
+        self._v = {n: a.view(np.ndarray) for n, a in arrays.items()}
         self._files: OrderedDict[int, int] = OrderedDict()  # shard -> fd, LRU
         self.remote: Any = None  # readers.remote.RemoteOptions for http(s)/s3 shards
         self.shard_cache: Any = None  # readers.cache.ShardCache for pipe: shards
@@ -209,26 +212,27 @@ class LengthIndex:
 
     def members(self, i: int) -> dict[str, tuple[int, int]]:
         """{ext: (data offset, size)} of sample i in its shard."""
-        s = int(self._a["member_start"][i])
-        e = s + int(self._a["member_count"][i])
+        v = self._v
+        s = int(v["member_start"][i])
+        e = s + int(v["member_count"][i])
         return {
             str(x): (int(o), int(z))
             for x, o, z in zip(
-                self._a["member_ext"][s:e],
-                self._a["member_offset"][s:e],
-                self._a["member_size"][s:e],
+                v["member_ext"][s:e].tolist(),
+                v["member_offset"][s:e].tolist(),
+                v["member_size"][s:e].tolist(),
             )
         }
 
     def shard_url(self, i: int) -> str:
-        return self.shard_urls[int(self._a["shard"][i])]
+        return self.shard_urls[int(self._v["shard"][i])]
 
     # -- payload ---------------------------------------------------------------------------
     def read(self, i: int, exts: list[str] | None = None) -> dict[str, bytes]:
         """Sample i's members (all, or `exts`) by seeking to their tar offsets."""
         if not 0 <= i < len(self):
             raise IndexError(f"sample {i} out of range for an index of {len(self)} samples")
-        shard = int(self._a["shard"][i])
+        shard = int(self._v["shard"][i])
         url = self.shard_urls[shard]
         if not is_seekable(url):
             got = self._shard_access().read(i, url, exts)
@@ -263,12 +267,16 @@ class LengthIndex:
             self._access = ShardAccess(self, self.remote, self.shard_cache)
         return self._access
 
-    def prefetch(self, positions: Any) -> None:
-        """Read ahead the remote samples among `positions` (no-op for local shards)."""
+    @property
+    def has_remote(self) -> bool:
         if self._has_remote is None:
             self._has_remote = any(is_remote(u) for u in self.shard_urls)
-        if self._has_remote:
-            self._shard_access().prefetch(positions)
+        return self._has_remote
+
+    def prefetch(self, positions: Any, *, background: bool = False) -> None:
+        """Read ahead the remote samples among `positions` (no-op for local shards)."""
+        if self.has_remote:
+            self._shard_access().prefetch(positions, background=background)
 
     def close(self) -> None:
         while self._files:
