@@ -229,13 +229,13 @@ class Blend:
     def has_remote(self) -> bool:
         return any(getattr(s, "has_remote", False) for s in self.sources)
 
-    def prefetch(self, positions: Sequence[int], *, background: bool = False) -> None:
+    def prefetch(self, positions: Sequence[int]) -> None:
         ks = self.source_of(np.asarray(positions, dtype=np.int64))
         for k, src in enumerate(self.sources):
             fn = getattr(src, "prefetch", None)
             mine = [int(p) - int(self.offsets[k]) for p, kk in zip(positions, ks) if kk == k]
             if fn is not None and mine:
-                fn(mine, background=background)
+                fn(mine)
 
     def token_store(self) -> _BlendStore | None:
         """A view of the sources' token stores, or None when no source has one."""

@@ -42,7 +42,6 @@ from ..readers.text import as_tokenizer
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch, SampleReadError
 from .handoff import one_buffer
-from .readahead import PlanMemo
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
 from .token_source import open_token_store
@@ -102,8 +101,6 @@ class _PlannedBatches(IterableDataset):
         w, n = (0, 1) if info is None else (info.id, info.num_workers)
         order = self.builder.sampler.order(self.epoch)
         for b in range(self.start + w, self.stop, n):
-            if b + n < self.stop:  # remote shards: the next batch's ranges arrive meanwhile
-                self.builder.read_ahead(self.epoch, b + n, order)
             pb = self.builder.build(self.epoch, b, order)
             if info is not None:  # crossing a process boundary: one buffer per micro-batch
                 pb.micro_batches = [one_buffer(mb) for mb in pb.micro_batches]
@@ -181,8 +178,6 @@ class FCPDataLoader:
             from ..planner import plan_global_batch  # type: ignore[attr-defined]
 
             planner = plan_global_batch
-        if getattr(src, "has_remote", False):  # read-ahead plans a batch early: plan it once
-            planner = PlanMemo(planner)
         encoder: SampleEncoder | CustomEncoder
         if opts.encode is not None:
             encoder = CustomEncoder(fn=opts.encode)

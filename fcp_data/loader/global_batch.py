@@ -159,21 +159,7 @@ class BatchBuilder:
         count = getattr(self.source, "source_counts", None)
         return tuple(count(ids)) if callable(count) else ()
 
-    def read_ahead(self, epoch: int, batch_index: int, order: np.ndarray | None) -> None:
-        """Start fetching this replica's remote samples of a later batch in the background
-        (its plan is memoised by the loader's PlanMemo, so build() does not plan it twice)."""
-        if not getattr(self.source, "has_remote", False):
-            return
-        ids = self.sampler.batch(epoch, batch_index, order)
-        plan = self.plan(ids)
-        mine = (
-            int(ids[s])
-            for w in range(plan.num_waves)
-            for s in plan.for_replica(self.replica, w).sequence_ids
-        )
-        self._prefetch(tuple(mine), background=True)
-
-    def _prefetch(self, pos: tuple[int, ...], background: bool = False) -> None:
+    def _prefetch(self, pos: tuple[int, ...]) -> None:
         """Let a source with remote shards fetch this replica's samples of the batch
         concurrently (one round of range requests); samples a token store serves are skipped."""
         prefetch = getattr(self.source, "prefetch", None)
@@ -184,7 +170,7 @@ class BatchBuilder:
             modality = self.source.modality
             pos = tuple(p for p in pos if int(modality[p]) != 0 or not store.has(p))
         if pos:
-            prefetch(pos, background=background)
+            prefetch(pos)
 
     def own_keys(self, epoch: int, batch_index: int) -> list[str]:
         """Keys this replica reads in a global batch (to name suspects when a worker dies)."""

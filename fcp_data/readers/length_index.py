@@ -273,10 +273,10 @@ class LengthIndex:
             self._has_remote = any(is_remote(u) for u in self.shard_urls)
         return self._has_remote
 
-    def prefetch(self, positions: Any, *, background: bool = False) -> None:
+    def prefetch(self, positions: Any) -> None:
         """Read ahead the remote samples among `positions` (no-op for local shards)."""
         if self.has_remote:
-            self._shard_access().prefetch(positions, background=background)
+            self._shard_access().prefetch(positions)
 
     def close(self) -> None:
         while self._files:

@@ -19,7 +19,6 @@ extra (`pip install 'fcp[remote]'`: fsspec, aiohttp, s3fs).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -185,7 +184,6 @@ class RemoteReader:
         self.expected, self.options = expected, options or RemoteOptions()
         self._checked: set[str] = set()
         self._ahead: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
-        self._pending: dict[tuple[str, int, int], tuple[Any, int]] = {}  # background fetches
 
     def _check(self, url: str) -> None:
         if url in self._checked:
@@ -207,57 +205,24 @@ class RemoteReader:
             return 0, 0
         return min(o for o, _ in wanted), max(o + z for o, z in wanted)
 
-    def prefetch(self, ranges: Sequence[tuple[str, int, int]], *, background: bool = False) -> None:
-        """Fetch (url, start, end) ranges concurrently, one `cat_ranges` per scheme.
-
-        `background=True` only starts the requests on fsspec's IO loop (read-ahead of the
-        next batch while this one is packed); a range that then fails is read again, with
-        retries, when it is needed. Otherwise this returns when every range is here.
-        """
-        todo = [
-            r
-            for r in dict.fromkeys(ranges)
-            if r not in self._ahead and r not in self._pending and r[2] > r[1]
-        ]
+    def prefetch(self, ranges: Sequence[tuple[str, int, int]]) -> None:
+        """Fetch (url, start, end) ranges concurrently (one `cat_ranges` per filesystem)."""
+        todo = [r for r in dict.fromkeys(ranges) if r not in self._ahead and r[2] > r[1]]
+        if not todo:
+            return
         for url in {u for u, _, _ in todo}:
             self._check(url)
-        groups: dict[str, list[tuple[str, int, int]]] = {}
-        for r in todo:
-            groups.setdefault(r[0].partition("://")[0], []).append(r)
-        for rs in groups.values():
-            fs = remote_filesystem(rs[0][0], self.options)
-            paths, starts, ends = (list(x) for x in zip(*rs))
-            if background and getattr(fs, "loop", None) is not None:
-                coro = fs._cat_ranges(paths, starts, ends, on_error="return")
-                fut = asyncio.run_coroutine_threadsafe(coro, fs.loop)
-                for i, r in enumerate(rs):
-                    self._pending[r] = (fut, i)
-                continue
-            out = with_retries(
-                lambda fs=fs, p=paths, s=starts, e=ends: fs.cat_ranges(p, s, e, on_error="raise"),
-                rs[0][0],
-                self.options,
-            )
-            for key, data in zip(rs, out):
-                self._ahead[key] = data
-        if not background:
-            for r in ranges:
-                self._resolve(r)
+        fs = remote_filesystem(todo[0][0], self.options)
+        paths, starts, ends = (list(x) for x in zip(*todo))
+        out = with_retries(
+            lambda: fs.cat_ranges(paths, starts, ends, on_error="raise"), todo[0][0], self.options
+        )
+        for key, data in zip(todo, out):
+            if isinstance(data, BaseException):
+                raise data
+            self._ahead[key] = data
         while len(self._ahead) > self.options.prefetch_ranges:
             self._ahead.popitem(last=False)
-
-    def _resolve(self, key: tuple[str, int, int]) -> None:
-        """Move a background range into the read-ahead buffer once it has arrived."""
-        item = self._pending.pop(key, None)
-        if item is None:
-            return
-        fut, i = item
-        try:
-            data = fut.result(timeout=300)[i]
-        except Exception:  # any failure: `read` fetches the range again, with retries
-            return
-        if isinstance(data, bytes) and len(data) == key[2] - key[1]:
-            self._ahead[key] = data
 
     def read(
         self, url: str, members: dict[str, tuple[int, int]], exts: Sequence[str] | None = None
@@ -265,7 +230,6 @@ class RemoteReader:
         """The wanted members of one sample, from one range read (or the prefetched one)."""
         self._check(url)
         start, end = self.span(members, exts)
-        self._resolve((url, start, end))
         data = self._ahead.pop((url, start, end), None)
         if data is None and end > start:
             fs = remote_filesystem(url, self.options)

@@ -41,9 +41,8 @@ class ShardAccess:
             "shards locally and re-index, or stream them"
         )
 
-    def prefetch(self, positions: Sequence[int], *, background: bool = False) -> None:
-        """Fetch the remote samples among `positions` concurrently (read-ahead); in the
-        `background` they arrive while the caller works on something else."""
+    def prefetch(self, positions: Sequence[int]) -> None:
+        """Fetch the remote samples among `positions` concurrently (read-ahead)."""
         ranges = []
         for i in positions:
             url = self.index.shard_url(int(i))
@@ -51,4 +50,4 @@ class ShardAccess:
                 start, end = RemoteReader.span(self.index.members(int(i)), None)
                 ranges.append((url, start, end))
         if ranges:
-            self.remote.prefetch(ranges, background=background)
+            self.remote.prefetch(ranges)

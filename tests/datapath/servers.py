@@ -77,6 +77,7 @@ class RangeServer(ThreadingHTTPServer):
     short, `status` (e.g. 403) answers every request; `requests` logs (method, path, range)."""
 
     daemon_threads = True
+    request_queue_size = 128  # http.server's 5 drops SYNs of concurrent range requests
 
     def __init__(self, root: Path) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
