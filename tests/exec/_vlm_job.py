@@ -216,33 +216,85 @@ def reference(index: Path, tok_path: Path, state: Path) -> tuple[float, dict[str
     return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+def run_micro_batch(model: Any, mb: Any, cp: Any, tower: Any = None) -> torch.Tensor:
+    """fcp forward of one micro-batch: embeddings, encode-what-you-hold, HF decoder, loss."""
+    from fcp_exec.hf import hf_attention_kwargs, hf_position_ids
+    from fcp_exec.vision import encode_and_scatter
+
+    lm = model.model.language_model
+    embeds = lm.embed_tokens(mb.tokens)
+    embeds = encode_and_scatter(tower or model.model.visual, mb, embeds, group=cp.group)
+    hidden = lm(
+        inputs_embeds=embeds[None], position_ids=hf_position_ids(mb), **hf_attention_kwargs(mb, cp)
+    ).last_hidden_state
+    loss = token_loss(model.lm_head(hidden)[0], mb.labels, mb.loss_mask)
+    return loss / mb.global_num_loss_tokens
+
+
+def _expect_error(
+    model: Any, mb: Any, cp: Any, what: str, tower: Any = None, key: str = "v0"
+) -> None:
+    """Every member of the group raises, naming the sample key (nobody hangs in the ring)."""
+    from fcp_exec.vision import VisionScatterError
+
+    try:
+        run_micro_batch(model, mb, cp, tower)
+    except VisionScatterError as e:
+        assert f"sample {key}" in str(e) and what in str(e), str(e)
+    else:
+        raise AssertionError(f"no error for {what}")
+
+
+def bad_input_checks(model: Any, mbs: list[Any], cache: Any, rank: int) -> None:
+    """Wave 0: ranks 0-2 hold v0 at degree 3; one member's payload or tower is broken."""
+    import dataclasses
+
+    mb = mbs[0]
+    if rank == 3:  # the degree-1 replica of wave 0: a local check, no collective
+        from fcp_exec.vision import run_keys
+
+        assert mb.rank_plan.degree == 1 and mb.vision_scatter.numel() > 0
+        bad = dataclasses.replace(mb, pixel_values=mb.pixel_values[:-1])
+        with cp_context_for(mb, cache) as cp:
+            _expect_error(model, bad, cp, "pixel_values has", key=run_keys(mb)[0])
+        return
+    assert mb.rank_plan.degree == 3 and mb.vision_scatter.numel() > 0
+    cases = [
+        ("pixel_values has", dataclasses.replace(mb, pixel_values=mb.pixel_values[:-1]), None),
+        ("vision_scatter has", dataclasses.replace(mb, vision_scatter=mb.vision_scatter[1:]), None),
+        ("hidden size 31", mb, lambda px, grid_thw: model.model.visual(px, grid_thw=grid_thw)
+         .pooler_output[:, :31]),
+    ]  # fmt: skip
+    for what, bad_mb, tower in cases:
+        broken = rank == 1  # only one member is broken; all of them must raise
+        with cp_context_for(mb, cache) as cp:
+            _expect_error(model, bad_mb if broken else mb, cp, what, tower if broken else None)
+
+
+def cp_context_for(mb: Any, cache: Any) -> Any:
+    from fcp_exec import cp_context
+
+    return cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups)
+
+
 def fcp_worker(rank: int, world: int, index: str, tok_path: str, state: str, out: str) -> None:
     """One replica: encode what it holds, ring attention via the registered HF implementation."""
     import torch.distributed as dist
 
-    from fcp_exec import CPGroupCache, ReplicaRanks, all_reduce_gradients, cp_context
-    from fcp_exec.hf import hf_attention_kwargs, hf_position_ids, register_attention
-    from fcp_exec.vision import encode_and_scatter
+    from fcp_exec import CPGroupCache, ReplicaRanks, all_reduce_gradients
+    from fcp_exec.hf import register_attention
 
     model = make_model(Path(tok_path), Path(state))
     model.set_attn_implementation({"text_config": register_attention()})
-    lm, visual = model.model.language_model, model.model.visual
     cache = CPGroupCache(ReplicaRanks(world_size=world))
     loss_sum = torch.zeros(())
     stats = torch.zeros(3, dtype=torch.int64)  # units encoded, partial units, waves with d > 1
-    for mb in make_loader(Path(index), Path(tok_path), world, rank):
-        with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
+    mbs = list(make_loader(Path(index), Path(tok_path), world, rank))
+    for mb in mbs:
+        with cp_context_for(mb, cache) as cp:
             if mb.is_empty:
                 continue
-            embeds = lm.embed_tokens(mb.tokens)
-            embeds = encode_and_scatter(visual, mb, embeds, group=cp.group)
-            hidden = lm(
-                inputs_embeds=embeds[None],
-                position_ids=hf_position_ids(mb),
-                **hf_attention_kwargs(mb, cp),
-            ).last_hidden_state
-            loss = token_loss(model.lm_head(hidden)[0], mb.labels, mb.loss_mask)
-            loss = loss / mb.global_num_loss_tokens
+            loss = run_micro_batch(model, mb, cp)
             loss.backward()
             loss_sum += loss.detach()
             stats += torch.tensor([mb.vision_units, mb.vision_partial_units, cp.degree > 1])
@@ -252,3 +304,4 @@ def fcp_worker(rank: int, world: int, index: str, tok_path: str, state: str, out
     if rank == 0:
         grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         torch.save({"loss": float(loss_sum), "grads": grads, "stats": stats.tolist()}, out)
+    bad_input_checks(model, mbs, cache, rank)
