@@ -14,9 +14,9 @@ num_workers=0 the same code runs inline and yields identical micro-batches.
                 mb = mb.to(device)
                 loss = (model(mb.tokens, mb.position_ids, labels=mb.labels,
                               packed_seq_params=mb.packed_seq_params()) * mb.loss_mask).sum()
-                (loss / mb.global_num_loss_tokens).backward()   # exact per-token mean
-                # (under a SUM gradient all-reduce; DDP averages, so scale by num_replicas)
+                (loss / mb.global_num_loss_tokens).backward()   # a share of the global mean
         if mb.is_last_wave:
+            fcp_exec.all_reduce_gradients(model)    # SUM the shares (docs/design.md)
             optimizer.step(); ckpt["loader"] = loader.state_dict()
 """
 
