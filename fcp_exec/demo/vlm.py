@@ -31,8 +31,11 @@ __all__ = ["main", "prepare", "tiny_qwen25_vl"]
 SPECIALS = ["<|endoftext|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>", "<|image_pad|>"]
 
 
-def prepare(out: Path, *, text: int, video: int, seed: int) -> tuple[Path, Path]:
-    """Shards, a BPE tokenizer (tok.json) and the qwen2.5-vl length index under `out`."""
+def prepare(
+    out: Path, *, text: int, video: int, seed: int, time_scale: float = 0.2
+) -> tuple[Path, Path]:
+    """Shards, a BPE tokenizer (tok.json) and the qwen2.5-vl length index under `out`
+    (time_scale: clip durations, as `make_shards` takes it; 1.0 gives 10-15 tubelet clips)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from fcp_data.readers import build_index, make_shards
@@ -42,7 +45,10 @@ def prepare(out: Path, *, text: int, video: int, seed: int) -> tuple[Path, Path]
     index, tok_path = out / "index", out / "tok.json"
     if index.exists() and tok_path.exists():
         return index, tok_path
-    paths = make_shards(out / "shards", text=text, video=video, seed=seed, samples_per_shard=32)
+    paths = make_shards(
+        out / "shards", text=text, video=video, seed=seed, samples_per_shard=32,
+        time_scale=time_scale,
+    )  # fmt: skip
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
