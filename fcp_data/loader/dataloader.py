@@ -24,57 +24,31 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import warnings
+import numbers
+import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..collate import MicroBatch
+from ..errors import ConfigError, DataError
 from ..planner import Cluster, CostModel
+from ..planner.api import check_strategy
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
-from .global_batch import BatchBuilder, PlannedBatch, SampleReadError
+from .global_batch import BatchBuilder, PlannedBatch
+from .options import LoaderOptions, check_int
+from .resume import resume_point, sampler_settings, source_fingerprint
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
+from .time_limit import SampleTimeLimit
 from .types import BatchMetrics, LoaderState, SampleSource
+from .workers import WORKER_FAULTS, is_worker_fault, worker_failure
 
-__all__ = ["FCPDataLoader", "LoaderOptions"]
-
-
-@dataclass(kw_only=True, slots=True)
-class LoaderOptions:
-    """Less common knobs, kept out of the constructor's signature.
-
-    on_error: "raise" stops at the first unreadable sample (the error names its key); "skip"
-    masks it out of the loss, keeps the plan's shapes and reports it in BatchMetrics.skipped.
-    on_too_long: "drop" lets the planner leave out samples no CP group can hold (counted).
-    timeout_s: seconds the main process waits for a worker's batch before raising (0 = forever;
-    a dead worker is detected by torch either way).
-    metrics_history: how many global batches' BatchMetrics `FCPDataLoader.metrics_history` keeps
-    (10,000 ~ a few MB; older ones are only in the log).
-    """
-
-    drop_last: bool = False
-    shuffle: bool = True
-    on_error: Literal["raise", "skip"] = "raise"
-    on_too_long: Literal["raise", "drop"] = "raise"
-    pad_id: int = 0
-    eod_id: int = 0
-    special_token_id: int = 0
-    vision_token_id: int = 0
-    text_field: str = "text"
-    caption_field: str = "caption"
-    decode_backend: str = "pyav"
-    timeout_s: float = 0.0
-    pin_memory: bool = False
-    multiprocessing_context: str | None = None
-    metrics_history: int = 10_000
-    planner: Callable[..., Any] | None = None
-    encode: Callable[[Mapping[str, Any]], np.ndarray] | None = None
+__all__ = ["FCPDataLoader", "LoaderOptions"]  # LoaderOptions lives in .options
 
 
 class _PlannedBatches(IterableDataset):
@@ -89,6 +63,10 @@ class _PlannedBatches(IterableDataset):
         order = self.builder.sampler.order(self.epoch)
         for b in range(self.start + w, self.stop, n):
             yield self.builder.build(self.epoch, b, order)
+
+
+POLL_S = 5.0
+"""Seconds torch waits on its queue before checking that every worker is alive."""
 
 
 def _identity(x: PlannedBatch) -> PlannedBatch:
@@ -123,26 +101,40 @@ class FCPDataLoader:
         options: LoaderOptions | None = None,
     ) -> None:
         self.options = opts = options or LoaderOptions()
-        if isinstance(replica, bool) or not 0 <= int(replica) < cluster.num_replicas:
-            raise ValueError(
-                f"replica={replica!r} is outside [0, {cluster.num_replicas}): it is this "
-                "replica's index in the DP x CP domain (the cluster's num_replicas)"
+        if not isinstance(opts, LoaderOptions):
+            raise ConfigError(f"options={opts!r} must be a LoaderOptions")
+        if not isinstance(cluster, Cluster) or not isinstance(cost, CostModel):
+            raise ConfigError(
+                f"cluster= must be a fcp_data.planner.Cluster and cost= a CostModel, got "
+                f"{type(cluster).__name__} and {type(cost).__name__}"
             )
-        if num_workers < 0 or prefetch_factor < 1:
-            raise ValueError(
-                f"num_workers={num_workers} must be >= 0 and prefetch_factor={prefetch_factor} >= 1"
+        n = cluster.num_replicas
+        whole = isinstance(replica, (numbers.Integral, np.integer))
+        if isinstance(replica, (bool, np.bool_)) or not whole or not 0 <= replica < n:
+            raise ConfigError(
+                f"replica={replica!r} is outside [0, {n}) or not an integer: it is this replica's "
+                "index in the DP x CP domain (the cluster's num_replicas)"
             )
-        self.source = src = open_source(source, tokenizer=tokenizer, vision_rule=vision_rule)
+        replica = int(replica)
+        check_int("global_batch_size", global_batch_size, low=1, what=" (sequences per step)")
+        seed = check_int("seed", seed)
+        self.num_workers = check_int("num_workers", num_workers, what=" (0 = plan inline)")
+        self.prefetch_factor = check_int("prefetch_factor", prefetch_factor, low=1)
+        if opts.planner is None:
+            check_strategy(strategy)
+        self.source = src = open_source(
+            source, tokenizer=tokenizer, vision_rule=vision_rule, on_error=opts.on_error
+        )
         self.source_skipped = source_skipped(src)
         if self.source_skipped:
             logging.getLogger(__name__).warning(
-                "%d samples were left out of the source (corrupt, empty or undecodable), e.g. %s",
+                "%d samples were left out of the source (corrupt, empty or undecodable; counted "
+                "in BatchMetrics.index_skipped), e.g. %s",
                 len(self.source_skipped),
                 self.source_skipped[:3],
             )
         check_source_matches(src, tokenizer, vision_rule)
-        self.cluster, self.cost, self.replica = cluster, cost, int(replica)
-        self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
+        self.cluster, self.cost, self.replica = cluster, cost, replica
         self.sampler = GlobalBatchSampler(
             num_samples=len(src.seqlens),
             global_batch_size=global_batch_size,
@@ -150,6 +142,7 @@ class FCPDataLoader:
             drop_last=opts.drop_last,
             shuffle=opts.shuffle,
         )
+        self._fingerprint: str | None = None
         planner = opts.planner
         if planner is None:
             from ..planner import plan_global_batch  # type: ignore[attr-defined]
@@ -181,6 +174,8 @@ class FCPDataLoader:
             on_too_long=opts.on_too_long,
             on_error=opts.on_error,
             pad_id=opts.pad_id,
+            time_limit=SampleTimeLimit(opts.sample_timeout_s),
+            index_skipped=len(self.source_skipped),
         )
         self._epoch, self._batch, self._wave = 0, 0, 0
         self.metrics: BatchMetrics | None = None
@@ -211,8 +206,15 @@ class FCPDataLoader:
         if int(epoch) != self._epoch:
             self._epoch, self._batch, self._wave = int(epoch), 0, 0
 
-    def state_dict(self) -> dict[str, int]:
-        """Where the next micro-batch comes from: a few integers, no sample buffers."""
+    @property
+    def source_fingerprint(self) -> str:
+        """Digest of every key and length of the source (computed once, on first use)."""
+        if self._fingerprint is None:
+            self._fingerprint = source_fingerprint(self.source.keys, self.source.seqlens)
+        return self._fingerprint
+
+    def state_dict(self) -> dict[str, int | str]:
+        """Where the next micro-batch comes from: a few integers and two fingerprints."""
         s = LoaderState(
             epoch=self._epoch,
             batch=self._batch,
@@ -221,49 +223,33 @@ class FCPDataLoader:
             global_batch_size=self.sampler.global_batch_size,
             num_samples=self.sampler.num_samples,
             num_replicas=self.cluster.num_replicas,
+            source_fingerprint=self.source_fingerprint,
+            sampler=sampler_settings(self.sampler),
         )
-        return {
-            k: int(v)
-            for k, v in zip(s.__struct_fields__, (getattr(s, f) for f in s.__struct_fields__))
-        }
+        return {f: getattr(s, f) for f in s.__struct_fields__}
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Resume exactly (same cluster) or elastically (other replica count: same samples)."""
-        s = LoaderState(**{k: int(state[k]) for k in LoaderState.__struct_fields__})
-        if s.num_samples != self.sampler.num_samples:
-            raise ValueError(
-                f"the state was saved over {s.num_samples} samples but the source holds "
-                f"{self.sampler.num_samples}: resume needs the same index"
-            )
-        batch, wave = s.batch, s.wave
-        g = self.sampler.global_batch_size
-        if s.global_batch_size != g:
-            consumed = s.batch * s.global_batch_size
-            batch, wave = consumed // g, 0
-            warnings.warn(
-                f"global_batch_size changed on resume ({s.global_batch_size} -> {g}): "
-                f"continuing at batch {batch} of the new size ({consumed} samples were "
-                f"consumed{'; ' + str(consumed % g) + ' are seen again' if consumed % g else ''})",
-                stacklevel=2,
-            )
-        if s.num_replicas != self.cluster.num_replicas and wave:
-            warnings.warn(
-                f"resumed on {self.cluster.num_replicas} replicas (saved on {s.num_replicas}) "
-                f"in the middle of a global batch (wave {wave}): the batch is re-planned and "
-                "restarts at its first wave",
-                stacklevel=2,
-            )
-            wave = 0
-        if s.seed != self.sampler.seed:
-            self.sampler = GlobalBatchSampler(
-                num_samples=self.sampler.num_samples,
-                global_batch_size=g,
-                seed=s.seed,
-                drop_last=self.sampler.drop_last,
-                shuffle=self.sampler.shuffle,
-            )
-            self._builder.sampler = self.sampler
-        self._epoch, self._batch, self._wave = s.epoch, batch, wave
+    def load_state_dict(self, state: Mapping[str, int | str]) -> None:
+        """Resume exactly (same cluster) or elastically (other replica count: same samples).
+
+        Every field is checked (StateError names it): types and ranges, the batch within the
+        epoch, the wave within the batch's plan, and the dataset and sampler settings.
+        """
+
+        def waves(sampler: GlobalBatchSampler, epoch: int, batch: int) -> int:
+            self._builder.sampler = sampler
+            try:
+                return self._builder.plan(sampler.batch(epoch, batch)).num_waves
+            finally:
+                self._builder.sampler = self.sampler
+
+        sampler, self._epoch, self._batch, self._wave = resume_point(
+            state,
+            sampler=self.sampler,
+            num_replicas=self.cluster.num_replicas,
+            fingerprint=self.source_fingerprint,
+            num_waves=waves,
+        )
+        self.sampler = self._builder.sampler = sampler
 
     # ---- iteration -----------------------------------------------------------------------
     def _planned(self, epoch: int, start: int, stop: int) -> Iterator[PlannedBatch]:
@@ -287,36 +273,60 @@ class FCPDataLoader:
             prefetch_factor=self.prefetch_factor,
             collate_fn=_identity,
             pin_memory=opts.pin_memory,
-            timeout=opts.timeout_s,
+            # torch waits in slices of at most POLL_S and checks its workers after each, so a
+            # dead worker is noticed within seconds even where its SIGCHLD handler is not
+            # installed (a loader iterated off the main thread); the total wait is ours
+            timeout=min(opts.timeout_s, POLL_S) if opts.timeout_s > 0 else POLL_S,
             multiprocessing_context=opts.multiprocessing_context,
         )
         pending: dict[int, PlannedBatch] = {}
         nxt = start
         it = iter(dl)
+        waited_since = time.monotonic()
         while True:
             try:
                 pb = next(it)
             except StopIteration:
                 break
-            except SampleReadError:
-                raise
-            except RuntimeError as e:  # a worker died (segfaulting decoder, OOM kill, timeout)
-                raise RuntimeError(self._suspects(e, epoch, nxt, stop)) from e
+            except WORKER_FAULTS as e:
+                if not is_worker_fault(e):
+                    raise  # the worker's own exception (a bad sample's SampleReadError, ...)
+                silent = "DataLoader timed out after" in str(e)
+                waited = time.monotonic() - waited_since
+                if silent and (opts.timeout_s == 0 or waited < opts.timeout_s):
+                    continue  # a slice of the wait passed and every worker is alive
+                raise self._worker_failure(e, it, epoch, start, nxt, stop, pending, silent) from e
+            waited_since = time.monotonic()
             pending[pb.batch_index] = pb  # torch returns workers' items round-robin
             while nxt in pending:
                 yield pending.pop(nxt)
                 nxt += 1
         if pending or nxt != stop:
-            raise RuntimeError(f"DataLoader workers delivered batches up to {nxt}, need {stop}")
+            raise DataError(f"DataLoader workers delivered batches up to {nxt}, need {stop}")
 
-    def _suspects(self, err: Exception, epoch: int, first: int, stop: int) -> str:
-        last = min(stop, first + self.num_workers * self.prefetch_factor)  # batches in flight
-        keys: list[str] = []
-        for b in range(first, last):
-            keys += self._builder.own_keys(epoch, b)
-        return (
-            f"{err}\nwhile loading global batches {first}..{last - 1} of epoch {epoch} on "
-            f"replica {self.replica}; this replica's samples there: {keys[:32]}"
+    def _worker_failure(
+        self,
+        err: BaseException,
+        it: Any,
+        epoch: int,
+        start: int,
+        nxt: int,
+        stop: int,
+        pending: Mapping[int, PlannedBatch],
+        silent: bool,
+    ) -> DataError:
+        return worker_failure(
+            err,
+            processes=list(getattr(it, "_workers", [])),  # torch's worker processes, in order
+            epoch=epoch,
+            start=start,
+            waiting_for=nxt,
+            stop=stop,
+            received=pending,
+            prefetch_factor=self.prefetch_factor,
+            replica=self.replica,
+            own_keys=lambda b: self._builder.own_keys(epoch, b),
+            timeout_s=self.options.timeout_s if silent else None,
         )
 
     def __iter__(self) -> Iterator[MicroBatch]:
