@@ -29,17 +29,23 @@ def _pyav_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
 
     wanted = sorted(set(indices))
     got: dict[int, np.ndarray] = {}
+    decoded = 0
     with av.open(io.BytesIO(data)) as container:
         for i, frame in enumerate(container.decode(video=0)):
+            decoded = i + 1
             if i in wanted:
                 got[i] = frame.to_ndarray(format="rgb24")
             if i >= wanted[-1]:
                 break
     if not got:
         raise ValueError("video decoded no frames")
-    last = got[max(got)]
-    # A header that over-reports frames (decord#54) leaves trailing indices: repeat the last.
-    return [got.get(i, last) for i in indices]
+    missing = [i for i in wanted if i not in got]
+    if missing:  # never repeat a frame to make up the count: the index promised these
+        raise ValueError(
+            f"video decoded only {decoded} of the frames the index expects (frame indices "
+            f"{missing[:5]} missing): its metadata over-reports the frame count; re-index it"
+        )
+    return [got[i] for i in indices]
 
 
 def _decord_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
@@ -47,7 +53,12 @@ def _decord_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
 
     vr = decord.VideoReader(io.BytesIO(data))
     n = len(vr)
-    batch = vr.get_batch([min(i, n - 1) for i in indices]).asnumpy()
+    if max(indices) >= n:
+        raise ValueError(
+            f"video has {n} frames but the index expects frame {max(indices)}: its metadata "
+            "over-reports the frame count; re-index it"
+        )
+    batch = vr.get_batch(list(indices)).asnumpy()
     return list(batch)
 
 
