@@ -105,7 +105,12 @@ def load_arrays(path: Path, header: IndexHeader, *, full: bool = True) -> dict[s
                 f"says {n} samples; {rebuild}"
             )
     count = arrays["member_count"]
-    members = int(arrays["member_start"][-1]) + int(count[-1]) if n else 0
+    if not n:
+        members = 0
+    elif full:
+        members = int(count.sum(dtype=np.int64))
+    else:  # the last sample's range: right when the table is well formed, reads two values
+        members = int(arrays["member_start"][-1]) + int(count[-1])
     for name in ("member_ext", *MEMBER_ARRAYS):
         if arrays[name].shape[0] != members:
             raise IndexMismatchError(
