@@ -46,7 +46,13 @@ from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
 from .time_limit import SampleTimeLimit
 from .types import BatchMetrics, LoaderState, SampleSource
-from .workers import WORKER_FAULTS, is_worker_fault, worker_failure
+from .workers import (
+    WORKER_FAULTS,
+    WorkerEnd,
+    is_worker_fault,
+    stop_workers,
+    worker_failure,
+)
 
 __all__ = ["FCPDataLoader", "LoaderOptions"]  # LoaderOptions lives in .options
 
@@ -295,7 +301,16 @@ class FCPDataLoader:
                 waited = time.monotonic() - waited_since
                 if silent and (opts.timeout_s == 0 or waited < opts.timeout_s):
                     continue  # a slice of the wait passed and every worker is alive
-                raise self._worker_failure(e, it, epoch, start, nxt, stop, pending, silent) from e
+                procs = list(getattr(it, "_workers", []))  # torch's worker processes, in order
+                before = [p.exitcode for p in procs]  # who had died before the shutdown
+                stop_workers(it)
+                procs = [
+                    WorkerEnd(p.pid, b if b is not None else p.exitcode, b is not None)
+                    for p, b in zip(procs, before)
+                ]
+                raise self._worker_failure(
+                    e, procs, epoch, start, nxt, stop, pending, silent
+                ) from e
             waited_since = time.monotonic()
             pending[pb.batch_index] = pb  # torch returns workers' items round-robin
             while nxt in pending:
@@ -307,7 +322,7 @@ class FCPDataLoader:
     def _worker_failure(
         self,
         err: BaseException,
-        it: Any,
+        procs: list[WorkerEnd],
         epoch: int,
         start: int,
         nxt: int,
@@ -317,7 +332,7 @@ class FCPDataLoader:
     ) -> DataError:
         return worker_failure(
             err,
-            processes=list(getattr(it, "_workers", [])),  # torch's worker processes, in order
+            processes=procs,
             epoch=epoch,
             start=start,
             waiting_for=nxt,

@@ -13,20 +13,41 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import DataError
 
-__all__ = ["WORKER_FAULTS", "is_worker_fault", "worker_failure"]
+__all__ = ["WORKER_FAULTS", "WorkerEnd", "is_worker_fault", "stop_workers", "worker_failure"]
 
 WORKER_FAULTS = (RuntimeError, OSError, EOFError)
 """What torch raises in the main process when a worker dies or times out."""
+
+
+class WorkerEnd(NamedTuple):
+    """A worker process as it ended: `died` when it was gone before the loader stopped it."""
+
+    pid: int | None
+    exitcode: int | None
+    died: bool
 
 
 def is_worker_fault(err: BaseException) -> bool:
     """True for a dead or silent worker; False for an exception the worker itself raised
     (torch re-raises those with "Caught ... in DataLoader worker process N" in the text)."""
     return isinstance(err, WORKER_FAULTS) and "in DataLoader worker process" not in str(err)
+
+
+def stop_workers(it: Any) -> None:
+    """Shut torch's worker processes down now (it deregisters them first, so a worker dying
+    later cannot fire torch's SIGCHLD handler into unrelated code), instead of at garbage
+    collection, which the traceback of the error being raised would delay."""
+    stop = getattr(it, "_shutdown_workers", None)
+    if stop is None:
+        return
+    try:
+        stop()
+    except RuntimeError:  # the SIGCHLD handler fired inside; its cleanup ran in a finally
+        stop()
 
 
 def _how(exitcode: int | None) -> str:
@@ -37,7 +58,7 @@ def _how(exitcode: int | None) -> str:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
-        oom = " (SIGKILL: often the kernel's OOM killer)" if -exitcode == signal.SIGKILL else ""
+        oom = " (often the kernel's OOM killer)" if -exitcode == signal.SIGKILL else ""
         return f"was killed by {name}{oom}"
     return f"exited with status {exitcode}"
 
@@ -45,7 +66,7 @@ def _how(exitcode: int | None) -> str:
 def worker_failure(
     err: BaseException,
     *,
-    processes: Sequence[Any],
+    processes: Sequence[WorkerEnd],
     epoch: int,
     start: int,
     waiting_for: int,
@@ -62,7 +83,10 @@ def worker_failure(
     `prefetch_factor` batches from `waiting_for` on that the main process has not received.
     """
     n = max(1, len(processes))
-    dead = [w for w, p in enumerate(processes) if getattr(p, "exitcode", None) is not None]
+    dead = [w for w, p in enumerate(processes) if p.died]
+    if not dead and timeout_s is None:  # died as torch noticed: SIGKILL/crash, not our SIGTERM
+        ours = (0, -signal.SIGTERM, None)
+        dead = [w for w, p in enumerate(processes) if p.exitcode not in ours]
     suspects = dead or [(waiting_for - start) % n]
     got = set(received)
     parts = []
@@ -70,11 +94,11 @@ def worker_failure(
     for w in suspects:
         mine = [b for b in range(waiting_for, stop) if (b - start) % n == w and b not in got]
         mine = mine[:prefetch_factor]
-        p = processes[w] if w < len(processes) else None
-        pid = getattr(p, "pid", "?")
+        p = processes[w] if w < len(processes) else WorkerEnd(None, None, False)
+        how = _how(p.exitcode) if w in dead else "is stuck (no answer)"
         parts.append(
-            f"DataLoader worker {w} (pid {pid}) {_how(getattr(p, 'exitcode', None))} with "
-            f"global batches {mine} of epoch {epoch} in flight"
+            f"DataLoader worker {w} (pid {p.pid}) {how} with global batches {mine} of epoch "
+            f"{epoch} in flight"
         )
         for b in mine:
             keys += own_keys(b)
