@@ -3,7 +3,7 @@
 Grid: length profiles × N ∈ {16, 32, 64} × tokens per replica ∈ {8K, 16K, 32K} × devices (H200,
 8 per node; Ascend 910C, 16 per node) × a large and a small model (Qwen3-8B / Qwen3-1.7B for
 text, Qwen3-VL-8B / -2B for video), global batch 512. For each cell: fcp's predicted makespan
-over the lower bound (the combined bound of `problem.lower_bound`, and the simple one
+over the lower bound (the combined bound of `bounds.lower_bound`, and the simple one
 max(W/N, longest alone) for reference), and ratios against static-balanced, static (Megatron-LM)
 pow2 and megatron-core's hybrid CP. Then tiny batches against the exhaustive optimum.
 

@@ -30,7 +30,8 @@ from fcp_data.planner import (
     score_plan,
 )
 from fcp_data.planner.api import _FAMILIES
-from fcp_data.planner.problem import Problem, lower_bound
+from fcp_data.planner.bounds import lower_bound
+from fcp_data.planner.problem import Problem
 
 
 def timed(fn: Callable[[], object], repeat: int) -> tuple[float, object]:

@@ -19,13 +19,15 @@ import numpy as np
 
 from ..errors import ConfigError
 from .baselines import megatron_hybrid, static_megatron
+from .bounds import lower_bound
 from .cluster import Cluster
 from .cost import CostModel
 from .lanes import lane_candidates, static_balanced
 from .moldable import moldable_schedule
 from .paper import paper_schedule
 from .plan import Plan, Wave
-from .problem import Problem, Schedule, lower_bound
+from .problem import Problem
+from .schedule import Schedule
 
 __all__ = ["STRATEGIES", "check_strategy", "plan_global_batch"]
 
@@ -61,7 +63,11 @@ def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Sche
     """
     out: list[Schedule] = []
     seen: set[int] = set()
-    for label, width in (("N/2", prob.n // 2), ("N/4", prob.n // 4), ("node", prob.rpn)):
+    for label, width in (
+        ("N/2", prob.num_replicas // 2),
+        ("N/4", prob.num_replicas // 4),
+        ("node", prob.replicas_per_node),
+    ):
         wide = prob.dmin[units] > width
         count = int(wide.sum())
         if count == 0 or count == units.size or count in seen:
@@ -91,7 +97,7 @@ def _fcp_family(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule
     candidate tries one wave count instead of three and moldable list scheduling, whose cost
     grows as sequences × replicas × degrees and which never wins there, is left out: this keeps
     such a plan near 0.2 s instead of 0.6 s."""
-    large = units.size * prob.n > LARGE
+    large = units.size * prob.num_replicas > LARGE
     # widest first, then longest: the sequences that need most of the cluster start together
     # at t = 0 and the rest fill in around them (at their minimum degree, or one more)
     by_width = units[np.lexsort((-prob.work[units], -prob.dmin[units]))]
@@ -146,9 +152,10 @@ def plan_global_batch(
         shown = too_long[:5].tolist()
         pow2_note = " at power-of-two degrees" if strategy == "pow2" else ""
         raise ValueError(
-            f"{too_long.size} sequence(s) cannot fit even on all {prob.n} replicas of "
-            f"{prob.cap} tokens each (ids {shown}, lengths {prob.lens[shown].tolist()}; the "
-            f"cluster holds at most {prob.n * prob.cap} tokens per sequence{pow2_note}): "
+            f"{too_long.size} sequence(s) cannot fit even on all {prob.num_replicas} replicas "
+            f"of {prob.cap} tokens each (ids {shown}, lengths {prob.lens[shown].tolist()}; the "
+            f"cluster holds at most {prob.num_replicas * prob.cap} tokens per sequence"
+            f"{pow2_note}): "
             "raise tokens_per_replica / memory_bytes, add replicas, truncate such samples, or "
             "pass on_too_long='drop' to leave them out and count them in Plan.dropped"
         )
@@ -157,7 +164,7 @@ def plan_global_batch(
     dropped = tuple(int(i) for i in too_long)
     if units.size == 0:  # on_too_long="drop" left nothing: one empty wave, all counted
         return Plan(
-            num_replicas=prob.n,
+            num_replicas=prob.num_replicas,
             waves=(Wave(groups=()),),
             predicted_time=0.0,
             lower_bound=0.0,
@@ -170,7 +177,7 @@ def plan_global_batch(
     if not found:
         raise ValueError(
             f"strategy={strategy!r} found no feasible plan for {units.size} sequences on "
-            f"{prob.n} replicas (e.g. 'static' needs a degree dividing N that holds the "
+            f"{prob.num_replicas} replicas (e.g. 'static' needs a degree dividing N that holds the "
             "longest sequence); try strategy='fcp'"
         )
     best = min(found, key=lambda s: s.makespan)  # first of equals: candidate order breaks ties

@@ -21,7 +21,8 @@ import numba as nb
 import numpy as np
 
 from .kernels import pack_local
-from .problem import Problem, Schedule
+from .problem import Problem
+from .schedule import Schedule
 
 __all__ = ["megatron_hybrid", "static_megatron"]
 
@@ -59,10 +60,10 @@ def static_megatron(prob: Problem, units: np.ndarray | None = None) -> Schedule 
     ids = np.sort(prob.order if units is None else units)  # data order
     lo = int(prob.dmin[ids].max())
     best: Schedule | None = None
-    for d in range(max(1, lo), prob.n + 1):
-        if prob.n % d or not prob.allowed[d]:
+    for d in range(max(1, lo), prob.num_replicas + 1):
+        if prob.num_replicas % d or not prob.allowed[d]:
             continue
-        mb, mb_group, mb_rank = _next_fit(prob.lens, ids, d, prob.cap, prob.n // d)
+        mb, mb_group, mb_rank = _next_fit(prob.lens, ids, d, prob.cap, prob.num_replicas // d)
         # execution order: round by round (k-th micro-batch of every group), as in lockstep
         order = np.lexsort((mb_group, mb_rank))
         pos = np.empty_like(order)
@@ -97,14 +98,16 @@ def megatron_hybrid(prob: Problem, units: np.ndarray | None = None) -> Schedule:
             "strategy='megatron-hybrid' needs megatron-core: pip install 'fcp[megatron]'"
         ) from exc
     ids = prob.order if units is None else units
-    sched = BalancedCPScheduler(max_seq_len_per_rank=prob.cap, dp_cp_group=_DomainSize(prob.n))
+    sched = BalancedCPScheduler(
+        max_seq_len_per_rank=prob.cap, dp_cp_group=_DomainSize(prob.num_replicas)
+    )
     pairs = [(int(i), int(prob.lens[i])) for i in ids]
     _, sample_id_groups = sched.get_groups_and_subsamples(pairs, None)
     members: list[np.ndarray] = []
     reps: list[np.ndarray] = []
     barrier: list[bool] = []
     for phase in sample_id_groups:
-        per_gpu = [list(x) for x in phase] + [[] for _ in range(prob.n - len(phase))]
+        per_gpu = [list(x) for x in phase] + [[] for _ in range(prob.num_replicas - len(phase))]
         owners: dict[int, list[int]] = {}
         for gpu, lst in enumerate(per_gpu):
             for sid in lst:

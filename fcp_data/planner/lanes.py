@@ -5,7 +5,7 @@ to the lane where it finishes first (LPT on uniform machines), optionally refine
 sequences off the last lane to finish, then each lane's queue is packed into micro-batches
 (best-fit decreasing at the lane's degree). With equal degrees this is the static-balanced
 baseline; the fcp lane candidate mixes degrees, found by a dual approximation: for a target
-makespan M, the lanes each sequence needs to finish within M (`lane_kernels.lanes_for_target`),
+makespan M, the lanes each sequence needs to finish within M (`kernels.lanes_for_target`),
 bisected to the smallest feasible M. A *prologue* (groups run first, e.g. sequences that need
 most of the cluster, which can only start when everyone is free) may precede the lanes: lanes
 then start when their replicas leave the prologue.
@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .lane_kernels import deal_lpt, pack_lanes, refine_moves, smallest_lane_target
+from .kernels import deal_lpt, pack_lanes, refine_moves, smallest_lane_target
 from .placement import place_degrees
-from .problem import Problem, Schedule
+from .problem import Problem
+from .schedule import Schedule
 
 __all__ = ["lane_candidates", "lane_schedule", "static_balanced"]
 
@@ -34,7 +35,7 @@ class _Deal:
 
 
 def _free_after(prob: Problem, prologue: Schedule | None) -> np.ndarray:
-    free = np.zeros(prob.n)
+    free = np.zeros(prob.num_replicas)
     if prologue is not None:
         for g, t in enumerate(prologue.times):
             r = prologue.replicas(g)
@@ -45,8 +46,8 @@ def _free_after(prob: Problem, prologue: Schedule | None) -> np.ndarray:
 def _deal(
     prob: Problem, degs: np.ndarray, units: np.ndarray, refine: bool, free: np.ndarray
 ) -> _Deal | None:
-    starts = place_degrees(degs, prob.n, prob.rpn, free)
-    inter = (starts // prob.rpn) != ((starts + degs - 1) // prob.rpn)
+    starts = place_degrees(degs, prob.num_replicas, prob.replicas_per_node, free)
+    inter = (starts // prob.replicas_per_node) != ((starts + degs - 1) // prob.replicas_per_node)
     if prob.cluster.heterogeneous:
         speed = np.array([prob.speed[s : s + d].min() for s, d in zip(starts, degs)])
     else:
@@ -58,7 +59,17 @@ def _deal(
     )
     over = prob.overhead
     lane_of, load = deal_lpt(
-        prob.att, prob.lin, prob.comm, prob.dmin, units, degs, inter, speed, over, load0, prob.p
+        prob.att,
+        prob.lin,
+        prob.comm,
+        prob.dmin,
+        units,
+        degs,
+        inter,
+        speed,
+        over,
+        load0,
+        prob.cost_params,
     )
     if np.any(lane_of[units] < 0):
         return None
@@ -76,7 +87,7 @@ def _deal(
             inter,
             speed,
             budget,
-            prob.p,
+            prob.cost_params,
         )
     return _Deal(starts=starts, degs=degs, lane_of=lane_of, load=load)
 
@@ -114,7 +125,7 @@ def lane_schedule(
     """Deal `units` (default: all sequences) onto lanes of the given degrees; None if some
     sequence fits no lane."""
     degs = np.asarray(lane_degs, dtype=np.int64)
-    if degs.size == 0 or degs.sum() > prob.n:
+    if degs.size == 0 or degs.sum() > prob.num_replicas:
         return None
     ids = prob.order if units is None else units
     deal = _deal(prob, degs, ids, refine, _free_after(prob, prologue))
@@ -123,14 +134,14 @@ def lane_schedule(
 
 def _degree_candidates(prob: Problem, lo: int) -> list[int]:
     """Fixed degrees worth trying: lo .. lo + 3, then powers of two and N."""
-    out = {d for d in range(lo, min(prob.n, lo + 3) + 1) if prob.allowed[d]}
+    out = {d for d in range(lo, min(prob.num_replicas, lo + 3) + 1) if prob.allowed[d]}
     d = 1
-    while d <= prob.n:
+    while d <= prob.num_replicas:
         if d >= lo and prob.allowed[d]:
             out.add(d)
         d *= 2
-    if prob.allowed[prob.n]:
-        out.add(prob.n)
+    if prob.allowed[prob.num_replicas]:
+        out.add(prob.num_replicas)
     return sorted(out)
 
 
@@ -141,10 +152,10 @@ def static_balanced(prob: Problem, units: np.ndarray | None = None) -> Schedule 
     """
     ids = prob.order if units is None else units
     lo = int(prob.dmin[ids].max())
-    free = np.zeros(prob.n)
+    free = np.zeros(prob.num_replicas)
     dealt = []
     for d in _degree_candidates(prob, lo):
-        deal = _deal(prob, np.full(prob.n // d, d, np.int64), ids, False, free)
+        deal = _deal(prob, np.full(prob.num_replicas // d, d, np.int64), ids, False, free)
         if deal is not None:
             dealt.append((float(deal.load.max()), d, deal))
     dealt.sort(key=lambda x: (x[0], x[1]))
@@ -159,7 +170,7 @@ def static_balanced(prob: Problem, units: np.ndarray | None = None) -> Schedule 
 def _pow2_mask(prob: Problem) -> np.ndarray:
     mask = np.zeros_like(prob.allowed)
     d = 1
-    while d <= prob.n:
+    while d <= prob.num_replicas:
         mask[d] = prob.allowed[d]
         d *= 2
     return mask
@@ -177,10 +188,10 @@ def _smallest_target(
         prob.overhead,
         units,
         lower,
-        prob.n,
-        prob.rpn,
+        prob.num_replicas,
+        prob.replicas_per_node,
         allowed,
-        prob.p,
+        prob.cost_params,
         credit,
     )
     return None if target >= 1e299 else (wide, target)
@@ -218,7 +229,7 @@ def lane_candidates(
         configs.setdefault(key, f"{tag}{mname}lanes(credit={credit})")
     dealt = []
     for key, name in configs.items():
-        degs = np.array([*key, *[1] * (prob.n - sum(key))], np.int64)
+        degs = np.array([*key, *[1] * (prob.num_replicas - sum(key))], np.int64)
         deal = _deal(prob, degs, ids, True, free)
         if deal is not None:
             dealt.append((float(deal.load.max()), name, deal))

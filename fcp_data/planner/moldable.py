@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .list_kernels import compact_windows, list_schedule
-from .problem import Problem, Schedule
+from .kernels import compact_windows, list_schedule
+from .problem import Problem
+from .schedule import Schedule
 
 __all__ = ["moldable_schedule"]
 
@@ -20,24 +21,26 @@ def moldable_schedule(
     prob: Problem, units: np.ndarray | None = None, extra: int = 4
 ) -> Schedule | None:
     order = prob.order if units is None else units
-    if order.size * prob.n * (extra + 1) > 1e7:  # bounded work at 1024 replicas
-        extra = max(1, int(1e7 // max(1, order.size * prob.n)) - 1)
+    if order.size * prob.num_replicas * (extra + 1) > 1e7:  # bounded work at 1024 replicas
+        extra = max(1, int(1e7 // max(1, order.size * prob.num_replicas)) - 1)
     w_start, w_deg, _, span = list_schedule(
         prob.att,
         prob.lin,
         prob.comm,
         prob.dmin,
         order,
-        prob.n,
-        prob.rpn,
+        prob.num_replicas,
+        prob.replicas_per_node,
         prob.allowed,
         prob.speed,
         extra,
-        prob.p,
+        prob.cost_params,
     )
     if span >= 1e299:
         return None
-    g_of, g_start, g_deg = compact_windows(prob.lens, order, w_start, w_deg, prob.n, prob.cap)
+    g_of, g_start, g_deg = compact_windows(
+        prob.lens, order, w_start, w_deg, prob.num_replicas, prob.cap
+    )
     return Schedule(
         name=f"moldable(extra={extra})",
         starts=g_start,

@@ -16,7 +16,8 @@ import numpy as np
 
 from .kernels import INF, bfd_pack, dp_degrees, group_time
 from .placement import _place
-from .problem import Problem, Schedule
+from .problem import Problem
+from .schedule import Schedule
 
 __all__ = ["atomic_groups", "paper_schedule"]
 
@@ -35,14 +36,22 @@ def _window_time(
     comm: float,
     s: int,
     d: int,
-    rpn: int,
+    replicas_per_node: int,
     speed: np.ndarray,
-    p: np.ndarray,
+    cost_params: np.ndarray,
 ) -> float:
     sp = INF
     for r in range(s, s + d):
         sp = min(sp, speed[r])
-    return group_time(att, lin, comm, d, (s // rpn) != ((s + d - 1) // rpn), sp, p)
+    return group_time(
+        att,
+        lin,
+        comm,
+        d,
+        (s // replicas_per_node) != ((s + d - 1) // replicas_per_node),
+        sp,
+        cost_params,
+    )
 
 
 @nb.njit(cache=True)
@@ -51,11 +60,11 @@ def _paper_waves(
     lin: np.ndarray,
     comm: np.ndarray,
     gd: np.ndarray,
-    n: int,
-    rpn: int,
+    num_replicas: int,
+    replicas_per_node: int,
     allowed: np.ndarray,
     speed: np.ndarray,
-    p: np.ndarray,
+    cost_params: np.ndarray,
     nwaves: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Deal atomic groups to `nwaves` waves, DP each wave, place, chain. Returns (group order,
@@ -64,7 +73,7 @@ def _paper_waves(
     work = att + lin
     order = np.argsort(-work, kind="mergesort")
     load = np.zeros(nwaves)
-    room = np.full(nwaves, n, np.int64)
+    room = np.full(nwaves, num_replicas, np.int64)
     wave_of = np.empty(k, np.int64)
     for t in range(k):
         g = order[t]
@@ -77,9 +86,9 @@ def _paper_waves(
         wave_of[g] = best
         load[best] += work[g]
         room[best] -= gd[g]
-    free = np.zeros(n)
-    seg_lo = np.arange(0, n, rpn)
-    seg_hi = np.minimum(seg_lo + rpn, n)
+    free = np.zeros(num_replicas)
+    seg_lo = np.arange(0, num_replicas, replicas_per_node)
+    seg_hi = np.minimum(seg_lo + replicas_per_node, num_replicas)
     out_g = np.empty(k, np.int64)
     out_s = np.empty(k, np.int64)
     out_d = np.empty(k, np.int64)
@@ -88,14 +97,27 @@ def _paper_waves(
         idx = np.flatnonzero(wave_of == w)
         if idx.size == 0:
             continue
-        deg, span = dp_degrees(att[idx], lin[idx], comm[idx], gd[idx], n, rpn, allowed, p)
+        deg, span = dp_degrees(
+            att[idx],
+            lin[idx],
+            comm[idx],
+            gd[idx],
+            num_replicas,
+            replicas_per_node,
+            allowed,
+            cost_params,
+        )
         if span >= INF:
             return order, np.zeros(0, np.int64), np.zeros(0, np.int64), INF
-        st = _place(deg, np.argsort(-deg, kind="mergesort"), n, rpn, seg_lo, seg_hi)
+        st = _place(
+            deg, np.argsort(-deg, kind="mergesort"), num_replicas, replicas_per_node, seg_lo, seg_hi
+        )
         times = np.empty(idx.size)
         for j in range(idx.size):
             g = idx[j]
-            times[j] = _window_time(att[g], lin[g], comm[g], st[j], deg[j], rpn, speed, p)
+            times[j] = _window_time(
+                att[g], lin[g], comm[g], st[j], deg[j], replicas_per_node, speed, cost_params
+            )
         # Pair the longest groups with the windows of equal degree that free up first.
         for d in np.unique(deg):
             sel = np.flatnonzero(deg == d)
@@ -108,7 +130,9 @@ def _paper_waves(
                 st[by_time[j]] = wins[j]
         for j in range(idx.size):
             g = idx[j]
-            t = _window_time(att[g], lin[g], comm[g], st[j], deg[j], rpn, speed, p)
+            t = _window_time(
+                att[g], lin[g], comm[g], st[j], deg[j], replicas_per_node, speed, cost_params
+            )
             s0 = st[j]
             t0 = free[s0 : s0 + deg[j]].max()
             free[s0 : s0 + deg[j]] = t0 + t
@@ -128,14 +152,23 @@ def paper_schedule(
     att = np.bincount(b, weights=prob.att[ids], minlength=gd.size)
     lin = np.bincount(b, weights=prob.lin[ids], minlength=gd.size)
     comm = np.bincount(b, weights=prob.comm[ids], minlength=gd.size)
-    first = max(1, -(-int(gd.sum()) // prob.n))
-    best = None
+    first = max(1, -(-int(gd.sum()) // prob.num_replicas))
+    best: tuple[np.ndarray, np.ndarray, np.ndarray, float, int] | None = None
     for waves in range(first, first + tries):
-        got = _paper_waves(
-            att, lin, comm, gd, prob.n, prob.rpn, prob.allowed, prob.speed, prob.p, waves
+        group_order, starts, degs, makespan = _paper_waves(
+            att,
+            lin,
+            comm,
+            gd,
+            prob.num_replicas,
+            prob.replicas_per_node,
+            prob.allowed,
+            prob.speed,
+            prob.cost_params,
+            waves,
         )
-        if got[3] < INF and (best is None or got[3] < best[3]):
-            best = (*got, waves)
+        if makespan < INF and (best is None or makespan < best[3]):
+            best = (group_order, starts, degs, makespan, waves)
     if best is None:
         return None
     order, starts, degs, _, waves = best

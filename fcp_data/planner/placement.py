@@ -34,15 +34,20 @@ def _run_in(free: np.ndarray, lo: int, hi: int, d: int, step: int) -> int:
 
 @nb.njit(cache=True)
 def _place(
-    degs: np.ndarray, order: np.ndarray, n: int, rpn: int, seg_lo: np.ndarray, seg_hi: np.ndarray
+    degs: np.ndarray,
+    order: np.ndarray,
+    num_replicas: int,
+    replicas_per_node: int,
+    seg_lo: np.ndarray,
+    seg_hi: np.ndarray,
 ) -> np.ndarray:
     """Place degrees (visited in `order`) best-fit into segments [seg_lo, seg_hi), which are
     nodes or parts of nodes, in order of preference; groups wider than a node go on whole
     free nodes; a dense left-to-right layout when fragmentation leaves no room."""
-    free = np.ones(n, dtype=np.bool_)
+    free = np.ones(num_replicas, dtype=np.bool_)
     starts = np.full(degs.size, -1, np.int64)
     nseg = seg_lo.size
-    seg_of = np.empty(n, np.int64)
+    seg_of = np.empty(num_replicas, np.int64)
     rooms = seg_hi - seg_lo
     for g in range(nseg):
         for r in range(seg_lo[g], seg_hi[g]):
@@ -51,10 +56,10 @@ def _place(
         i = order[t]
         d = degs[i]
         s = -1
-        if d > rpn:
-            s = _run_in(free, 0, n, d, rpn)
+        if d > replicas_per_node:
+            s = _run_in(free, 0, num_replicas, d, replicas_per_node)
         else:
-            best_room = n + 1
+            best_room = num_replicas + 1
             for g in range(nseg):
                 room = rooms[g]
                 if d <= room < best_room:
@@ -63,7 +68,7 @@ def _place(
                         s = cand
                         best_room = room
         if s < 0:
-            s = _run_in(free, 0, n, d, 1)
+            s = _run_in(free, 0, num_replicas, d, 1)
         if s < 0:
             off = 0
             for j in range(order.size):
@@ -77,13 +82,15 @@ def _place(
     return starts
 
 
-def node_segments(n: int, rpn: int) -> tuple[np.ndarray, np.ndarray]:
+def node_segments(num_replicas: int, replicas_per_node: int) -> tuple[np.ndarray, np.ndarray]:
     """Every node as one segment, in replica order."""
-    lo = np.arange(0, n, rpn, dtype=np.int64)
-    return lo, np.minimum(lo + rpn, n)
+    lo = np.arange(0, num_replicas, replicas_per_node, dtype=np.int64)
+    return lo, np.minimum(lo + replicas_per_node, num_replicas)
 
 
-def _ready_segments(n: int, rpn: int, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ready_segments(
+    num_replicas: int, replicas_per_node: int, free: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Nodes split where the time replicas become free jumps (by > 2% of the latest), earliest
     first: a lane inside one segment starts when all its replicas are free, so it must not
     straddle a replica still busy in the prologue."""
@@ -91,8 +98,8 @@ def _ready_segments(n: int, rpn: int, free: np.ndarray) -> tuple[np.ndarray, np.
     hi_l: list[int] = []
     ready: list[float] = []
     tol = 0.02 * float(free.max())
-    for base in range(0, n, rpn):
-        top = min(n, base + rpn)
+    for base in range(0, num_replicas, replicas_per_node):
+        top = min(num_replicas, base + replicas_per_node)
         start = base
         for r in range(base + 1, top + 1):
             if r == top or abs(free[r] - free[r - 1]) > tol:
@@ -105,7 +112,10 @@ def _ready_segments(n: int, rpn: int, free: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def place_degrees(
-    degrees: list[int] | np.ndarray, n: int, rpn: int, free: np.ndarray | None = None
+    degrees: list[int] | np.ndarray,
+    num_replicas: int,
+    replicas_per_node: int,
+    free: np.ndarray | None = None,
 ) -> np.ndarray:
     """Start replica of each degree's window (same order as `degrees`); windows are disjoint.
 
@@ -114,11 +124,11 @@ def place_degrees(
     first, start earliest and no group waits for one busy member.
     """
     degs = np.asarray(degrees, dtype=np.int64)
-    if degs.sum() > n:
-        raise ValueError(f"degrees sum to {int(degs.sum())} > {n} replicas")
+    if degs.sum() > num_replicas:
+        raise ValueError(f"degrees sum to {int(degs.sum())} > {num_replicas} replicas")
     order = np.lexsort((np.arange(degs.size), -degs)).astype(np.int64)
     if free is None or not np.any(free):
-        seg_lo, seg_hi = node_segments(n, rpn)
+        seg_lo, seg_hi = node_segments(num_replicas, replicas_per_node)
     else:
-        seg_lo, seg_hi = _ready_segments(n, rpn, free)
-    return _place(degs, order, int(n), int(rpn), seg_lo, seg_hi)
+        seg_lo, seg_hi = _ready_segments(num_replicas, replicas_per_node, free)
+    return _place(degs, order, int(num_replicas), int(replicas_per_node), seg_lo, seg_hi)

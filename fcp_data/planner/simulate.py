@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .bounds import lower_bound
 from .cluster import Cluster
 from .cost import CostModel
 from .plan import Plan
-from .problem import Problem, lower_bound
+from .problem import Problem
 
 __all__ = ["Score", "check_plan", "lower_bound_of", "score_plan"]
 
@@ -43,7 +44,7 @@ def lower_bound_of(
     causal: bool | Sequence[bool] | np.ndarray = True,
     exclude: Sequence[int] = (),
 ) -> float:
-    """max(total work / Σ speed, the longest sequence's best time); see problem.lower_bound."""
+    """max(total work / Σ speed, the longest sequence's best time); see bounds.lower_bound."""
     prob = Problem.build(seqlens, cluster, cost, causal=causal)
     keep = np.ones(prob.lens.size, dtype=bool)
     keep[list(exclude)] = False

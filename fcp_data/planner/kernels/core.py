@@ -1,35 +1,53 @@
-"""Compiled inner loops of the planner (numba, cache=True).
-
-The core kernels (cost, Stage 1 BFD, Stage 2 DP, critical path) are here; the lane and list
-scheduling kernels are in `lane_kernels.py` and `list_kernels.py`. Every kernel works on plain
-arrays: per-unit aggregates `att` (Σα1(1+η)s²), `lin` (Σα2 s + vision), `comm` (Σα3 s), a
-per-unit minimum degree `dmin`, and `p`, the packed cost parameters
-[beta1, beta2, intra-node bandwidth, inter-node bandwidth]. `allowed[d]` says whether degree d
-may be used (all True for fcp, powers of two for the pow2 baseline). Windows of replicas are
-contiguous: (start, degree).
-"""
+"""Core kernels shared by every candidate: a group's time, the padded shard, Stage 1 BFD,
+Stage 2 DP and the critical path of a schedule."""
 
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
-__all__ = ["INF", "bfd_pack", "critical_path", "dp_degrees", "group_time", "pack_local"]
+__all__ = [
+    "BETA1",
+    "BETA2",
+    "INF",
+    "INTER_NODE_BANDWIDTH",
+    "INTRA_NODE_BANDWIDTH",
+    "bfd_pack",
+    "critical_path",
+    "dp_degrees",
+    "group_time",
+    "pack_local",
+]
 
 INF = 1e300
+# Positions in `cost_params`, the cost model's constants packed into one float array (numba
+# kernels take arrays, not dataclasses): seconds per micro-batch, seconds per ring step, and
+# the bytes/s of an intra-node and an inter-node link.
+BETA1 = 0
+BETA2 = 1
+INTRA_NODE_BANDWIDTH = 2
+INTER_NODE_BANDWIDTH = 3
 
 
 @nb.njit(cache=True)
 def group_time(
-    att: float, lin: float, comm: float, d: int, inter: bool, speed: float, p: np.ndarray
+    att: float,
+    lin: float,
+    comm: float,
+    d: int,
+    inter: bool,
+    speed: float,
+    cost_params: np.ndarray,
 ) -> float:
     """T(G, d) of cost.py: L + max(A, C) + β1, compute scaled by the slowest member's speed."""
-    a = att / d / speed
-    c = 0.0
+    attention = att / d / speed
+    ring = 0.0
     if d > 1:
-        bw = p[3] if inter else p[2]
-        c = (d - 1) / d * comm / bw + p[1] * (d - 1)
-    return lin / d / speed + max(a, c) + p[0] / speed
+        bandwidth = (
+            cost_params[INTER_NODE_BANDWIDTH] if inter else cost_params[INTRA_NODE_BANDWIDTH]
+        )
+        ring = (d - 1) / d * comm / bandwidth + cost_params[BETA2] * (d - 1)
+    return lin / d / speed + max(attention, ring) + cost_params[BETA1] / speed
 
 
 @nb.njit(cache=True)
@@ -84,10 +102,10 @@ def dp_degrees(
     lin: np.ndarray,
     comm: np.ndarray,
     dmin: np.ndarray,
-    n: int,
-    rpn: int,
+    num_replicas: int,
+    replicas_per_node: int,
     allowed: np.ndarray,
-    p: np.ndarray,
+    cost_params: np.ndarray,
 ) -> tuple[np.ndarray, float]:
     """Stage 2 (Eq. 11 / Algorithm 1): degrees for K concurrent groups on at most n replicas.
 
@@ -98,30 +116,30 @@ def dp_degrees(
     makespan), makespan INF when the groups cannot all fit.
     """
     k = att.shape[0]
-    tpm = np.full((k, n + 1), INF)
-    targ = np.zeros((k, n + 1), np.int64)
+    tpm = np.full((k, num_replicas + 1), INF)
+    targ = np.zeros((k, num_replicas + 1), np.int64)
     for i in range(k):
         best = INF
         bd = 0
-        for d in range(1, n + 1):
+        for d in range(1, num_replicas + 1):
             if d >= dmin[i] and allowed[d]:
-                t = group_time(att[i], lin[i], comm[i], d, d > rpn, 1.0, p)
+                t = group_time(att[i], lin[i], comm[i], d, d > replicas_per_node, 1.0, cost_params)
                 if t < best:
                     best = t
                     bd = d
             tpm[i, d] = best
             targ[i, d] = bd
-    dpv = np.full((k + 1, n + 1), INF)
-    choice = np.zeros((k + 1, n + 1), np.int64)
+    dpv = np.full((k + 1, num_replicas + 1), INF)
+    choice = np.zeros((k + 1, num_replicas + 1), np.int64)
     dpv[0, :] = 0.0
     need = 0
     for i in range(1, k + 1):
         need_prev = need
         need += dmin[i - 1]
-        if need > n:
+        if need > num_replicas:
             return np.zeros(k, np.int64), INF
         g = i - 1
-        for j in range(need, n + 1):
+        for j in range(need, num_replicas + 1):
             lo = dmin[g]
             hi = j - need_prev
             # smallest d in [lo, hi] with f(d) = dpv[i-1, j-d] >= tpm[g, d]
@@ -143,18 +161,20 @@ def dp_degrees(
             dpv[i, j] = best
             choice[i, j] = bd
     degs = np.zeros(k, np.int64)
-    j = n
+    j = num_replicas
     for i in range(k, 0, -1):
         da = choice[i, j]
         degs[i - 1] = targ[i - 1, da]
         j -= da
-    return degs, dpv[k, n]
+    return degs, dpv[k, num_replicas]
 
 
 @nb.njit(cache=True)
-def critical_path(starts: np.ndarray, degs: np.ndarray, times: np.ndarray, n: int) -> float:
+def critical_path(
+    starts: np.ndarray, degs: np.ndarray, times: np.ndarray, num_replicas: int
+) -> float:
     """Makespan of groups run in order on contiguous windows, each starting when free."""
-    free = np.zeros(n)
+    free = np.zeros(num_replicas)
     for g in range(starts.shape[0]):
         s = starts[g]
         e = s + degs[g]

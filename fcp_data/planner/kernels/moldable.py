@@ -1,6 +1,6 @@
 """Compiled kernels of moldable list scheduling: window choice and micro-batch compaction.
 
-See `moldable.py`; the arrays follow `kernels.py`'s conventions.
+See `planner/moldable.py`; the arrays follow `kernels/__init__.py`.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .kernels import INF, group_time, pack_local
+from .core import INF, group_time, pack_local
 
 __all__ = ["compact_windows", "list_schedule"]
 
@@ -23,7 +23,7 @@ def _window_finish(
     lin: float,
     comm: float,
     inter: bool,
-    p: np.ndarray,
+    cost_params: np.ndarray,
 ) -> float:
     """When a unit would finish on replicas [s0, s0 + d): start when all are free, run at the
     slowest member's speed."""
@@ -32,7 +32,7 @@ def _window_finish(
     for r in range(s0, s0 + d):
         smax = max(smax, free[r])
         sp = min(sp, speed[r])
-    return smax + group_time(att, lin, comm, d, inter, sp, p)
+    return smax + group_time(att, lin, comm, d, inter, sp, cost_params)
 
 
 @nb.njit(cache=True)
@@ -42,12 +42,12 @@ def list_schedule(
     comm: np.ndarray,
     dmin: np.ndarray,
     order: np.ndarray,
-    n: int,
-    rpn: int,
+    num_replicas: int,
+    replicas_per_node: int,
     allowed: np.ndarray,
     speed: np.ndarray,
     extra: int,
-    p: np.ndarray,
+    cost_params: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Moldable list scheduling: each unit (longest first) picks the degree and node-aligned
     window of replicas on which it finishes first, starting when the whole window is free.
@@ -59,11 +59,11 @@ def list_schedule(
     Returns (start, degree, finish time) per unit and the makespan.
     """
     k = order.shape[0]
-    free = np.zeros(n)
+    free = np.zeros(num_replicas)
     w_start = np.zeros(att.shape[0], np.int64)
     w_deg = np.zeros(att.shape[0], np.int64)
     w_end = np.zeros(att.shape[0])
-    nodes = (n + rpn - 1) // rpn
+    nodes = (num_replicas + replicas_per_node - 1) // replicas_per_node
     fastest = speed.max()
     uniform = speed.min() == fastest
     for t in range(k):
@@ -72,17 +72,21 @@ def list_schedule(
         bs = 0
         bd = 0
         earliest = free.min()
-        for d in range(dmin[u], min(n, dmin[u] + extra) + 1):
+        for d in range(dmin[u], min(num_replicas, dmin[u] + extra) + 1):
             if not allowed[d]:
                 continue
-            inter = d > rpn
-            t_run = group_time(att[u], lin[u], comm[u], d, inter, fastest, p)
+            inter = d > replicas_per_node
+            t_run = group_time(att[u], lin[u], comm[u], d, inter, fastest, cost_params)
             # no window of this degree can beat the best so far: skip its scan
             if earliest + t_run >= bf:
                 continue
             for nd in range(nodes if not inter else 1):
-                top = min(n, nd * rpn + rpn) if not inter else n
-                s0 = nd * rpn
+                top = (
+                    min(num_replicas, nd * replicas_per_node + replicas_per_node)
+                    if not inter
+                    else num_replicas
+                )
+                s0 = nd * replicas_per_node
                 while s0 + d <= top:
                     if uniform:
                         smax = 0.0
@@ -90,12 +94,14 @@ def list_schedule(
                             smax = max(smax, free[r])
                         f = smax + t_run
                     else:
-                        f = _window_finish(free, speed, s0, d, att[u], lin[u], comm[u], inter, p)
+                        f = _window_finish(
+                            free, speed, s0, d, att[u], lin[u], comm[u], inter, cost_params
+                        )
                     if f < bf:
                         bf = f
                         bs = s0
                         bd = d
-                    s0 += d if not inter else rpn
+                    s0 += d if not inter else replicas_per_node
         if bd == 0:
             return w_start, w_deg, w_end, INF
         for r in range(bs, bs + bd):
@@ -108,7 +114,12 @@ def list_schedule(
 
 @nb.njit(cache=True)
 def compact_windows(
-    lens: np.ndarray, order: np.ndarray, w_start: np.ndarray, w_deg: np.ndarray, n: int, cap: int
+    lens: np.ndarray,
+    order: np.ndarray,
+    w_start: np.ndarray,
+    w_deg: np.ndarray,
+    num_replicas: int,
+    cap: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merge consecutive units on the same window into one micro-batch when memory allows.
 
@@ -117,7 +128,7 @@ def compact_windows(
     (group of each unit, group starts, group degrees) in execution order.
     """
     k = order.shape[0]
-    last = np.full(n, -1, np.int64)
+    last = np.full(num_replicas, -1, np.int64)
     g_of = np.full(lens.shape[0], -1, np.int64)
     g_start = np.empty(k, np.int64)
     g_deg = np.empty(k, np.int64)

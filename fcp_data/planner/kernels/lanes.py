@@ -1,6 +1,7 @@
-"""Compiled kernels of the lane candidates: LPT dealing, refinement, packing, lane targets.
+"""Compiled kernels of the lane candidates: LPT dealing, refinement and packing.
 
-See `lanes.py` for what a lane is; the arrays follow `kernels.py`'s conventions.
+See `planner/lanes.py` for what a lane is; the arrays follow `kernels/__init__.py`. The lane
+sets themselves (dual approximation) are found by `lane_targets.py`.
 """
 
 from __future__ import annotations
@@ -8,16 +9,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .kernels import INF, group_time, pack_local
+from .core import BETA1, INF, group_time, pack_local
 
-__all__ = [
-    "deal_lpt",
-    "lanes_for_target",
-    "pack_lanes",
-    "refine_moves",
-    "smallest_lane_target",
-    "unit_lane_time",
-]
+__all__ = ["deal_lpt", "pack_lanes", "refine_moves", "unit_lane_time"]
 
 
 @nb.njit(cache=True)
@@ -54,7 +48,7 @@ def deal_lpt(
     lane_speed: np.ndarray,
     overhead: np.ndarray,
     load0: np.ndarray,
-    p: np.ndarray,
+    cost_params: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Longest-processing-time dealing onto lanes (CP groups held for the whole batch).
 
@@ -67,19 +61,19 @@ def deal_lpt(
     O(K · L) (8192 sequences on 1024 replicas: ~50 ms down to ~1 ms).
     Returns (lane of each unit, lane loads); a lane of -1 means no lane could hold the unit.
     """
-    nl = lane_deg.shape[0]
+    num_lanes = lane_deg.shape[0]
     load = load0.copy()
     lane_of = np.full(att.shape[0], -1, np.int64)
-    q = p.copy()
-    q[0] = 0.0
+    lane_params = cost_params.copy()
+    lane_params[BETA1] = 0.0  # β1 is charged per unit through `overhead`
     # classes of interchangeable lanes
-    cls = np.full(nl, -1, np.int64)
-    c_deg = np.empty(nl, np.int64)
-    c_inter = np.empty(nl, np.bool_)
-    c_speed = np.empty(nl)
-    nc = 0
-    for ln in range(nl):
-        for c in range(nc):
+    cls = np.full(num_lanes, -1, np.int64)
+    c_deg = np.empty(num_lanes, np.int64)
+    c_inter = np.empty(num_lanes, np.bool_)
+    c_speed = np.empty(num_lanes)
+    num_classes = 0
+    for ln in range(num_lanes):
+        for c in range(num_classes):
             if (
                 c_deg[c] == lane_deg[ln]
                 and c_inter[c] == lane_inter[ln]
@@ -88,23 +82,23 @@ def deal_lpt(
                 cls[ln] = c
                 break
         if cls[ln] < 0:
-            c_deg[nc] = lane_deg[ln]
-            c_inter[nc] = lane_inter[ln]
-            c_speed[nc] = lane_speed[ln]
-            cls[ln] = nc
-            nc += 1
-    size = np.zeros(nc, np.int64)
-    for ln in range(nl):
+            c_deg[num_classes] = lane_deg[ln]
+            c_inter[num_classes] = lane_inter[ln]
+            c_speed[num_classes] = lane_speed[ln]
+            cls[ln] = num_classes
+            num_classes += 1
+    size = np.zeros(num_classes, np.int64)
+    for ln in range(num_lanes):
         size[cls[ln]] += 1
-    off = np.zeros(nc + 1, np.int64)
-    for c in range(nc):
+    off = np.zeros(num_classes + 1, np.int64)
+    for c in range(num_classes):
         off[c + 1] = off[c] + size[c]
-    heap = np.empty(nl, np.int64)
+    heap = np.empty(num_lanes, np.int64)
     fill = off[:-1].copy()
-    for ln in range(nl):
+    for ln in range(num_lanes):
         heap[fill[cls[ln]]] = ln
         fill[cls[ln]] += 1
-    for c in range(nc):
+    for c in range(num_classes):
         for i in range(size[c] // 2 - 1, -1, -1):
             _sift_down(heap, off[c], size[c], i, load)
     for t in range(order.shape[0]):
@@ -112,12 +106,14 @@ def deal_lpt(
         best_c = -1
         best_l = -1
         bf = INF
-        for c in range(nc):
+        for c in range(num_classes):
             d = c_deg[c]
             if d < dmin[u]:
                 continue
             ln = heap[off[c]]
-            f = load[ln] + group_time(att[u], lin[u], comm[u], d, c_inter[c], c_speed[c], q)
+            f = load[ln] + group_time(
+                att[u], lin[u], comm[u], d, c_inter[c], c_speed[c], lane_params
+            )
             f += overhead[u] / d / c_speed[c]
             if f < bf or (f == bf and ln < best_l):
                 bf = f
@@ -140,10 +136,12 @@ def unit_lane_time(
     d: int,
     inter: bool,
     speed: float,
-    q: np.ndarray,
+    lane_params: np.ndarray,
 ) -> float:
     """A unit's time in a lane with β1 replaced by its share `overhead[u] / d` (q[0] is 0)."""
-    return group_time(att[u], lin[u], comm[u], d, inter, speed, q) + overhead[u] / d / speed
+    return (
+        group_time(att[u], lin[u], comm[u], d, inter, speed, lane_params) + overhead[u] / d / speed
+    )
 
 
 @nb.njit(cache=True)
@@ -159,20 +157,20 @@ def refine_moves(
     lane_inter: np.ndarray,
     lane_speed: np.ndarray,
     max_iter: int,
-    p: np.ndarray,
+    cost_params: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Move units off the most loaded lane while that lowers the maximum load.
 
     Each iteration takes the lane that finishes last and applies the single move of one of its
     units to another lane that lowers max(load of the two) the most. Stops when no move helps.
     """
-    q = p.copy()
-    q[0] = 0.0
-    nl = lane_deg.shape[0]
+    lane_params = cost_params.copy()
+    lane_params[BETA1] = 0.0  # β1 is charged per unit through `overhead`
+    num_lanes = lane_deg.shape[0]
     k = att.shape[0]
     for _ in range(max_iter):
         m = 0
-        for ln in range(1, nl):
+        for ln in range(1, num_lanes):
             if load[ln] > load[m]:
                 m = ln
         best_new = load[m] * (1.0 - 1e-12)
@@ -184,15 +182,23 @@ def refine_moves(
             if lane_of[u] != m:
                 continue
             cm = unit_lane_time(
-                att, lin, comm, overhead, u, lane_deg[m], lane_inter[m], lane_speed[m], q
+                att, lin, comm, overhead, u, lane_deg[m], lane_inter[m], lane_speed[m], lane_params
             )
-            for ln in range(nl):
+            for ln in range(num_lanes):
                 if ln == m or lane_deg[ln] < dmin[u]:
                     continue
                 if load[ln] >= best_new:
                     continue
                 cl = unit_lane_time(
-                    att, lin, comm, overhead, u, lane_deg[ln], lane_inter[ln], lane_speed[ln], q
+                    att,
+                    lin,
+                    comm,
+                    overhead,
+                    u,
+                    lane_deg[ln],
+                    lane_inter[ln],
+                    lane_speed[ln],
+                    lane_params,
                 )
                 new = max(load[m] - cm, load[ln] + cl)
                 if new < best_new:
@@ -268,140 +274,3 @@ def pack_lanes(
                 mb_used[best] += s
                 mb_of[u] = best
     return mb_of, mb_lane[:nmb].copy(), mb_rank[:nmb].copy()
-
-
-@nb.njit(cache=True)
-def lanes_for_target(
-    att: np.ndarray,
-    lin: np.ndarray,
-    comm: np.ndarray,
-    dmin: np.ndarray,
-    overhead: np.ndarray,
-    order: np.ndarray,
-    target: float,
-    n: int,
-    rpn: int,
-    allowed: np.ndarray,
-    p: np.ndarray,
-    credit: float,
-) -> tuple[np.ndarray, int]:
-    """Dual approximation: the lanes needed so that every unit finishes within `target`.
-
-    A unit needs the smallest allowed degree d >= dmin with T(u, d) <= target. Units that need
-    d > 1 are first-fit (smallest fitting degree, fullest lane) into wide lanes of at most
-    `target` load; the rest need ceil((Σ T(u, 1) − credit × spare wide-lane replica-time) /
-    target) lanes of degree 1. Returns (wide lane degrees, number of degree-1 lanes); -1 lanes
-    when the target is infeasible.
-    """
-    q = p.copy()
-    q[0] = 0.0
-    k = order.shape[0]
-    lane_deg = np.zeros(n, np.int64)
-    lane_load = np.zeros(n)
-    nl = 0
-    used = 0
-    narrow = 0.0
-    for t in range(k):
-        u = order[t]
-        d = dmin[u]
-        need = 0
-        while d <= n:
-            if allowed[d]:
-                tt = unit_lane_time(att, lin, comm, overhead, u, d, d > rpn, 1.0, q)
-                if tt <= target:
-                    need = d
-                    break
-            d += 1
-        if need == 0:
-            return lane_deg[:0].copy(), -1
-        if need == 1:
-            narrow += unit_lane_time(att, lin, comm, overhead, u, 1, False, 1.0, q)
-            continue
-        best = -1
-        # the 64 most recently opened lanes: older ones are all but full (first-fit
-        # decreasing); exact whenever fewer than 65 wide lanes exist (N <= 128)
-        for ln in range(max(0, nl - 64), nl):
-            if lane_deg[ln] < need:
-                continue
-            tt = unit_lane_time(
-                att, lin, comm, overhead, u, lane_deg[ln], lane_deg[ln] > rpn, 1.0, q
-            )
-            if lane_load[ln] + tt > target:
-                continue
-            if (
-                best < 0
-                or lane_deg[ln] < lane_deg[best]
-                or (lane_deg[ln] == lane_deg[best] and lane_load[ln] > lane_load[best])
-            ):
-                best = ln
-        if best >= 0:
-            lane_load[best] += unit_lane_time(
-                att, lin, comm, overhead, u, lane_deg[best], lane_deg[best] > rpn, 1.0, q
-            )
-        else:
-            if used + need > n:
-                return lane_deg[:0].copy(), -1
-            lane_deg[nl] = need
-            lane_load[nl] = unit_lane_time(att, lin, comm, overhead, u, need, need > rpn, 1.0, q)
-            nl += 1
-            used += need
-    spare = 0.0
-    for ln in range(nl):
-        spare += (target - lane_load[ln]) * lane_deg[ln]
-    rest = narrow - credit * spare
-    k1 = 0
-    if rest > 0:
-        k1 = int(np.ceil(rest / target - 1e-9))
-    if used + k1 > n:
-        return lane_deg[:0].copy(), -1
-    return lane_deg[:nl].copy(), k1
-
-
-@nb.njit(cache=True)
-def smallest_lane_target(
-    att: np.ndarray,
-    lin: np.ndarray,
-    comm: np.ndarray,
-    dmin: np.ndarray,
-    overhead: np.ndarray,
-    order: np.ndarray,
-    lower: float,
-    n: int,
-    rpn: int,
-    allowed: np.ndarray,
-    p: np.ndarray,
-    credit: float,
-) -> tuple[np.ndarray, float]:
-    """Bisect the smallest target makespan whose lanes (`lanes_for_target`) fit N replicas.
-
-    The target grows from the lower bound by 5%, 15%, then ×1.5 until feasible, then is
-    bisected to 0.4%. Returns (wide lane degrees, target); target INF when nothing fits.
-    """
-    lo = max(lower, 1e-12)
-    hi = lo
-    wide, k1 = lanes_for_target(
-        att, lin, comm, dmin, overhead, order, hi, n, rpn, allowed, p, credit
-    )
-    steps = 0
-    while k1 < 0 and steps < 60:
-        lo = hi
-        hi = hi * (1.05 if steps == 0 else 1.1 if steps == 1 else 1.5)
-        steps += 1
-        wide, k1 = lanes_for_target(
-            att, lin, comm, dmin, overhead, order, hi, n, rpn, allowed, p, credit
-        )
-    if k1 < 0:
-        return wide, INF
-    for _ in range(12):
-        if hi - lo <= 4e-3 * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        w2, k2 = lanes_for_target(
-            att, lin, comm, dmin, overhead, order, mid, n, rpn, allowed, p, credit
-        )
-        if k2 < 0:
-            lo = mid
-        else:
-            hi = mid
-            wide = w2
-    return wide, hi

@@ -1,0 +1,52 @@
+"""Compiled inner loops of the planner (numba, `cache=True`), one module per candidate family.
+
+- `core`: a group's time T(G, d), the padded shard of one member, Stage 1 BFD, Stage 2 DP and
+  a schedule's critical path (shared by every candidate);
+- `lanes` / `lane_targets`: LPT dealing onto lanes, refinement, packing; the dual
+  approximation that picks the lane degrees;
+- `moldable`: moldable list scheduling and micro-batch compaction.
+
+Every kernel works on plain arrays: per-unit aggregates `att` (Σα1(1+η)s²), `lin` (Σα2 s +
+vision), `comm` (Σα3 s), a per-unit minimum degree `dmin`, and `cost_params`, the cost model's
+constants packed as [β1, β2, intra-node bandwidth, inter-node bandwidth] (indices `BETA1`,
+`BETA2`, `INTRA_NODE_BANDWIDTH`, `INTER_NODE_BANDWIDTH`). `allowed[d]` says whether degree d may
+be used (all True for fcp, powers of two for the pow2 baseline). Windows of replicas are
+contiguous: (start, degree).
+"""
+
+from .core import (
+    BETA1,
+    BETA2,
+    INF,
+    INTER_NODE_BANDWIDTH,
+    INTRA_NODE_BANDWIDTH,
+    bfd_pack,
+    critical_path,
+    dp_degrees,
+    group_time,
+    pack_local,
+)
+from .lane_targets import lanes_for_target, smallest_lane_target
+from .lanes import deal_lpt, pack_lanes, refine_moves, unit_lane_time
+from .moldable import compact_windows, list_schedule
+
+__all__ = [
+    "BETA1",
+    "BETA2",
+    "INF",
+    "INTER_NODE_BANDWIDTH",
+    "INTRA_NODE_BANDWIDTH",
+    "bfd_pack",
+    "compact_windows",
+    "critical_path",
+    "deal_lpt",
+    "dp_degrees",
+    "group_time",
+    "lanes_for_target",
+    "list_schedule",
+    "pack_lanes",
+    "pack_local",
+    "refine_moves",
+    "smallest_lane_target",
+    "unit_lane_time",
+]
