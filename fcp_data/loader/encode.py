@@ -173,6 +173,11 @@ class SampleEncoder:
             if g * frames_per_group + j < len(vt.frame_indices)
         ]
         pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend)
+        if pixels.shape[0] != len(frames):  # a backend must not drop or repeat frames
+            raise ValueError(
+                f"decoded {pixels.shape[0]} frames where the index's frame count asks for "
+                f"{len(frames)} (frames {frames[:4]}...); the video's metadata is wrong: re-index"
+            )
         return VisionInput(
             sample_id=sample_id,
             key=key,

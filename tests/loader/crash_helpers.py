@@ -79,12 +79,13 @@ class FifoIndex(TarIndex):
 
 
 class HangingPlanner:
-    """simple_planner, but inside a DataLoader worker it hangs on the batch of `total` tokens."""
+    """simple_planner, but inside a DataLoader worker it stalls `hang_s` on the batch of `total`
+    tokens (a stuck or very slow planner)."""
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+    def __init__(self, total: int, hang_s: float = 60.0) -> None:
+        self.total, self.hang_s = total, hang_s
 
     def __call__(self, seqlens: np.ndarray, cluster: Any, cost: Any, **kw: Any) -> Any:
         if get_worker_info() is not None and int(np.asarray(seqlens).sum()) == self.total:
-            time.sleep(60)
+            time.sleep(self.hang_s)
         return simple_planner(seqlens, cluster, cost, **kw)

@@ -82,6 +82,20 @@ def test_a_hung_worker_raises_after_timeout_s(shards, cost) -> None:
     assert set(got) == {0} and time.monotonic() - t0 < 40
 
 
+def test_a_slow_batch_within_timeout_s_is_awaited(shards, cost, monkeypatch) -> None:
+    """torch is asked in short slices (here 0.2 s) so that dead workers are noticed soon; a
+    batch slower than a slice but within timeout_s must still arrive, in order."""
+    from fcp_data.loader import dataloader
+
+    monkeypatch.setattr(dataloader, "POLL_S", 0.2)
+    index = TarIndex(shards[0], ByteTokenizer())
+    probe = make(index, cost, 0, 0)
+    total = int(index.seqlens[probe.sampler.batch(0, 1)].sum())
+    ref = [mb.digest for mb in probe]
+    ld = make(index, cost, 0, 2, planner=HangingPlanner(total, hang_s=1.0), timeout_s=30)
+    assert [mb.digest for mb in ld] == ref
+
+
 def _kill_when_written(pid_file: Path, stop: threading.Event) -> None:
     while not stop.is_set():
         if pid_file.exists():
