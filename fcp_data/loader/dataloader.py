@@ -1,9 +1,7 @@
 """FCPDataLoader: the DataLoader users swap in; yields zigzag-sharded MicroBatches with plans.
 
-Planning runs in torch DataLoader worker processes: worker w of W plans and collates global
-batches start+w, start+w+W, ... and torch hands their results back round-robin, so batch b+1
-is planned (the paper's asynchronous CPU scheduling) while the training loop runs batch b. With
-num_workers=0 the same code runs inline and yields identical micro-batches.
+Planning runs ahead in torch DataLoader worker processes (see `prefetch`); with num_workers=0
+the same code runs inline and yields identical micro-batches.
 
     loader = FCPDataLoader(index_dir, cluster=cluster, cost=cost, replica=my_replica,
                            global_batch_size=256, tokenizer=tok, vision_rule="qwen2.5-vl")
@@ -25,58 +23,28 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import numbers
-import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..collate import MicroBatch
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError
 from ..planner import Cluster, CostModel
 from ..planner.api import check_strategy
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch
 from .options import LoaderOptions, check_int
+from .prefetch import planned_batches
 from .resume import resume_point, sampler_settings, source_fingerprint
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
 from .time_limit import SampleTimeLimit
 from .types import BatchMetrics, LoaderState, SampleSource
-from .workers import (
-    WORKER_FAULTS,
-    WorkerEnd,
-    is_worker_fault,
-    stop_workers,
-    worker_failure,
-)
 
-__all__ = ["FCPDataLoader", "LoaderOptions"]  # LoaderOptions lives in .options
-
-
-class _PlannedBatches(IterableDataset):
-    """Global batches [start, stop) of one epoch, dealt round-robin to DataLoader workers."""
-
-    def __init__(self, builder: BatchBuilder, epoch: int, start: int, stop: int) -> None:
-        self.builder, self.epoch, self.start, self.stop = builder, epoch, start, stop
-
-    def __iter__(self) -> Iterator[PlannedBatch]:
-        info = get_worker_info()
-        w, n = (0, 1) if info is None else (info.id, info.num_workers)
-        order = self.builder.sampler.order(self.epoch)
-        for b in range(self.start + w, self.stop, n):
-            yield self.builder.build(self.epoch, b, order)
-
-
-POLL_S = 5.0
-"""Seconds torch waits on its queue before checking that every worker is alive."""
-
-
-def _identity(x: PlannedBatch) -> PlannedBatch:
-    return x
+__all__ = ["FCPDataLoader", "LoaderOptions"]
 
 
 class FCPDataLoader:
@@ -259,89 +227,23 @@ class FCPDataLoader:
 
     # ---- iteration -----------------------------------------------------------------------
     def _planned(self, epoch: int, start: int, stop: int) -> Iterator[PlannedBatch]:
-        ds = _PlannedBatches(self._builder, epoch, start, stop)
         if start >= stop:
-            return
-        if self.num_workers == 0:
-            yield from ds
             return
         opts = self.options
         method = multiprocessing.get_context(opts.multiprocessing_context).get_start_method()
-        if not self._warm and method == "fork":
+        if self.num_workers and not self._warm and method == "fork":
             # forked workers inherit the planner's compiled kernels: ~0.6 s of numba loading
             # paid once here instead of once per worker per epoch
             self._builder.plan(self.sampler.batch(epoch, start))
             self._warm = True
-        dl = DataLoader(
-            ds,
-            batch_size=None,
-            num_workers=min(self.num_workers, max(stop - start, 1)),
+        yield from planned_batches(
+            self._builder,
+            epoch,
+            start,
+            stop,
+            num_workers=self.num_workers,
             prefetch_factor=self.prefetch_factor,
-            collate_fn=_identity,
-            pin_memory=opts.pin_memory,
-            # torch waits in slices of at most POLL_S and checks its workers after each, so a
-            # dead worker is noticed within seconds even where its SIGCHLD handler is not
-            # installed (a loader iterated off the main thread); the total wait is ours
-            timeout=min(opts.timeout_s, POLL_S) if opts.timeout_s > 0 else POLL_S,
-            multiprocessing_context=opts.multiprocessing_context,
-        )
-        pending: dict[int, PlannedBatch] = {}
-        nxt = start
-        it = iter(dl)
-        waited_since = time.monotonic()
-        while True:
-            try:
-                pb = next(it)
-            except StopIteration:
-                break
-            except WORKER_FAULTS as e:
-                if not is_worker_fault(e):
-                    raise  # the worker's own exception (a bad sample's SampleReadError, ...)
-                silent = "DataLoader timed out after" in str(e)
-                waited = time.monotonic() - waited_since
-                if silent and (opts.timeout_s == 0 or waited < opts.timeout_s):
-                    continue  # a slice of the wait passed and every worker is alive
-                procs = list(getattr(it, "_workers", []))  # torch's worker processes, in order
-                before = [p.exitcode for p in procs]  # who had died before the shutdown
-                stop_workers(it)
-                procs = [
-                    WorkerEnd(p.pid, b if b is not None else p.exitcode, b is not None)
-                    for p, b in zip(procs, before)
-                ]
-                raise self._worker_failure(
-                    e, procs, epoch, start, nxt, stop, pending, silent
-                ) from e
-            waited_since = time.monotonic()
-            pending[pb.batch_index] = pb  # torch returns workers' items round-robin
-            while nxt in pending:
-                yield pending.pop(nxt)
-                nxt += 1
-        if pending or nxt != stop:
-            raise DataError(f"DataLoader workers delivered batches up to {nxt}, need {stop}")
-
-    def _worker_failure(
-        self,
-        err: BaseException,
-        procs: list[WorkerEnd],
-        epoch: int,
-        start: int,
-        nxt: int,
-        stop: int,
-        pending: Mapping[int, PlannedBatch],
-        silent: bool,
-    ) -> DataError:
-        return worker_failure(
-            err,
-            processes=procs,
-            epoch=epoch,
-            start=start,
-            waiting_for=nxt,
-            stop=stop,
-            received=pending,
-            prefetch_factor=self.prefetch_factor,
-            replica=self.replica,
-            own_keys=lambda b: self._builder.own_keys(epoch, b),
-            timeout_s=self.options.timeout_s if silent else None,
+            options=opts,
         )
 
     def __iter__(self) -> Iterator[MicroBatch]:

@@ -85,9 +85,9 @@ def test_a_hung_worker_raises_after_timeout_s(shards, cost) -> None:
 def test_a_slow_batch_within_timeout_s_is_awaited(shards, cost, monkeypatch) -> None:
     """torch is asked in short slices (here 0.2 s) so that dead workers are noticed soon; a
     batch slower than a slice but within timeout_s must still arrive, in order."""
-    from fcp_data.loader import dataloader
+    from fcp_data.loader import prefetch
 
-    monkeypatch.setattr(dataloader, "POLL_S", 0.2)
+    monkeypatch.setattr(prefetch, "POLL_S", 0.2)
     index = TarIndex(shards[0], ByteTokenizer())
     probe = make(index, cost, 0, 0)
     total = int(index.seqlens[probe.sampler.batch(0, 1)].sum())
