@@ -3,9 +3,10 @@
 A state is a few integers, so a wrong one is easy to make (a checkpoint from another run, a
 hand-edited file) and, unchecked, silently resumes over other data: two datasets of the same
 size give the same `num_samples`. The state therefore carries a fingerprint of the source (a
-blake2b digest of every key and length, ~1 s per 10M samples, computed once per loader) and
-the sampler settings that change the order; `check_state` refuses any state that does not fit,
-naming the field, its value and what this loader expects (`StateError`).
+blake2b digest of every key and length, computed once per loader on first use: 1.4 s for 2M
+keys of 20 characters on a loaded 2-core machine) and the sampler settings that change the
+order; `resume_point` refuses any state that does not fit, naming the field, its value and
+what this loader expects (`StateError`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def source_fingerprint(keys: Any, seqlens: Any) -> str:
     if k.dtype.kind != "U":
         k = np.asarray([str(x) for x in k])
     width = int(np.char.str_len(k).max()) if k.size else 0
-    k = np.ascontiguousarray(k.astype(f"<U{max(width, 1)}"))
+    want = np.dtype(f"<U{max(width, 1)}")
+    k = np.ascontiguousarray(k if k.dtype == want else k.astype(want))  # a copy only if needed
     lens = np.ascontiguousarray(np.asarray(seqlens).astype("<i8"))
     h.update(f"{k.size}:{width}:".encode())
     h.update(memoryview(k).cast("B"))
