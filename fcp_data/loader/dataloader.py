@@ -34,6 +34,7 @@ from ..collate import MicroBatch
 from ..errors import ConfigError
 from ..planner import Cluster, CostModel
 from ..planner.api import check_strategy
+from ..readers.text import as_tokenizer
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch
 from .options import LoaderOptions, check_int
@@ -54,8 +55,10 @@ class FCPDataLoader:
     (scanned once into an in-memory index, see loader.source). `replica` is this
     replica's index in [0, cluster.num_replicas); every replica builds its own loader with the
     same arguments but its replica index, and all of them agree on every plan (MicroBatch.digest).
-    `tokenizer` turns text into ids and must be the one the index was counted with (its `spec`
-    is checked against the index header, as is `vision_rule`).
+    `tokenizer` turns text into ids and must be the one the index was counted with: a
+    `tokenizers.Tokenizer`, a transformers tokenizer, a local tokenizer.json or directory, or a
+    callable str -> ids (see readers.text.as_tokenizer). Its `spec` is checked against the index
+    header (IndexMismatchError naming both), as is `vision_rule`.
     """
 
     def __init__(
@@ -69,7 +72,7 @@ class FCPDataLoader:
         seed: int = 0,
         num_workers: int = 2,
         prefetch_factor: int = 2,
-        tokenizer: Tokenizer | None = None,
+        tokenizer: Tokenizer | Any = None,
         vision_rule: Any = None,
         strategy: str = "fcp",
         options: LoaderOptions | None = None,
@@ -96,6 +99,7 @@ class FCPDataLoader:
         self.prefetch_factor = check_int("prefetch_factor", prefetch_factor, low=1)
         if opts.planner is None:
             check_strategy(strategy)
+        tokenizer = None if tokenizer is None else as_tokenizer(tokenizer)  # ids + spec
         self.source = src = open_source(
             source, tokenizer=tokenizer, vision_rule=vision_rule, on_error=opts.on_error
         )

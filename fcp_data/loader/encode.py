@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..collate import VisionInput
+from ..errors import ConfigError, MissingDependencyError
 
 __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
 
@@ -68,7 +69,7 @@ class SampleEncoder:
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
-            raise ValueError("the sample holds text but the loader has no tokenizer=; pass one")
+            raise ConfigError("the sample holds text but the loader has no tokenizer=; pass one")
         return np.asarray(self.tokenizer(text), dtype=np.int64)
 
     def text_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
@@ -104,7 +105,7 @@ class SampleEncoder:
         if modality not in (VIDEO, IMAGE):
             raise ValueError(f"modality code {modality} is not text (0), video (1) or image (2)")
         if self.rule is None:
-            raise ValueError("a media sample needs vision_rule= on the loader (the index's rule)")
+            raise ConfigError("a media sample needs vision_rule= on the loader (the index's rule)")
         if modality == VIDEO:
             vt = self.rule.video(
                 num_frames=int(source.num_frames[pos]),
@@ -199,7 +200,9 @@ def _decode_image(data: bytes, resized: tuple[int, int]) -> torch.Tensor:
     try:
         from PIL import Image
     except ImportError as e:  # pragma: no cover - Pillow ships with the video extra's deps
-        raise ValueError("decoding image samples needs Pillow: pip install pillow") from e
+        raise MissingDependencyError(
+            "decoding image samples needs Pillow: pip install 'fcp[video]' (or pillow)"
+        ) from e
     with Image.open(io.BytesIO(data)) as im:
         rgb = im.convert("RGB").resize((resized[1], resized[0]), Image.Resampling.BICUBIC)
         return torch.from_numpy(np.asarray(rgb).copy()).unsqueeze(0)

@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 
 from ..collate import MicroBatch, PackedShard, VisionInput, pack_shard
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..planner import Cluster, CostModel, Plan, RankPlan, Wave
 from .encode import CustomEncoder, EncodedSample, SampleEncoder
 from .sampler import GlobalBatchSampler
@@ -113,7 +113,13 @@ class BatchBuilder:
         return enc, None
 
     def _bad(self, key: str, pos: int, planned: int, e: Exception) -> tuple[EncodedSample, str]:
-        """Apply on_error to a failed sample: raise naming it, or padding and the reason."""
+        """Apply on_error to a failed sample: raise naming it, or padding and the reason.
+
+        A ConfigError (a missing PyAV, a text sample without a tokenizer) is the setup's
+        fault, not the sample's: skipping would drop every such sample, so it always raises.
+        """
+        if isinstance(e, ConfigError):
+            raise e
         reason = f"{type(e).__name__}: {e}"
         if self.on_error == "raise":
             raise SampleReadError(key, pos, reason) from e

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import IndexMismatchError
+
 __all__ = [
     "ScannedSource",
     "check_source_matches",
@@ -176,7 +178,7 @@ def check_source_matches(source: Any, tokenizer: Any, vision_rule: Any) -> None:
         if isinstance(want, str) and isinstance(have, dict):
             have = have.get("name")
         if want is not None and have is not None and want != have:
-            raise ValueError(
+            raise IndexMismatchError(
                 f"the index was built with {what} {have!r} but the loader has {want!r}: "
                 "token counts would not match the plan; rebuild the index with the "
                 f"loader's {what} or pass the one the index was built with"

@@ -194,3 +194,21 @@ def test_a_batch_of_only_too_long_samples_yields_empty_micro_batches(shards, cos
         per_replica.append([(mb.batch_index, mb.wave) for mb in mbs])
     assert per_replica[0] == per_replica[1]  # every replica the same micro-batch count
     assert loaded > 0  # the short batches still load
+
+
+def test_a_setup_fault_is_not_skipped_as_a_bad_sample(index, cost) -> None:
+    """No tokenizer for text samples is the setup's fault: under on_error="skip" it must still
+    raise (skipping would silently drop every text sample)."""
+    from fcp_data.errors import ConfigError
+
+    ld = FCPDataLoader(
+        index,
+        cluster=cluster(4),
+        cost=cost,
+        replica=0,
+        global_batch_size=16,
+        num_workers=0,
+        options=LoaderOptions(planner=simple_planner, on_error="skip"),
+    )
+    with pytest.raises(ConfigError, match="the loader has no tokenizer="):
+        next(iter(ld))
