@@ -15,6 +15,11 @@ Layout of a sequence (the length index counted exactly these tokens):
 A replica decodes only the groups with a placeholder in its zigzag shard: in a degree-4 group
 each member decodes about a quarter of a long video's frames instead of all of them (a group
 split across a chunk boundary is decoded by both owners).
+
+With `vision` options (LoaderOptions.vision) media samples take the real path instead
+(fcp_data.vision): the rule's template parts emitted with the tokenizer's ids in order, loss
+targets on text only, whole-sample M-RoPE ids, and per micro-batch the pixel payload of the
+encoder units this replica holds (`vision_payload`); `vision_input` is then not used.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ import torch
 
 from ..collate import VisionInput
 from ..errors import ConfigError, MissingDependencyError
+from ..vision.encode import encode_media, media_loss_tokens
+from ..vision.options import VisionOptions, family_spec
+from ..vision.payload import PayloadParts, sequence_payload
+from ..vision.tokens import SpecialTokenIds
 
 __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
 
@@ -48,6 +57,9 @@ class EncodedSample:
     vision: Any = None  # readers.VisionTokens of a video or image
     video: bytes | None = None
     image: bytes | None = None
+    targets: np.ndarray | None = None  # vision path: which tokens a label may predict
+    layout: Any = None  # vision path: fcp_data.vision.template.MediaLayout
+    mrope: np.ndarray | None = None  # vision path: [3, L] M-RoPE ids of the whole sample
 
 
 def _decode_text(v: Any) -> str:
@@ -66,6 +78,11 @@ class SampleEncoder:
     special_token_id: int = 0
     vision_token_id: int = 0
     decode_backend: str = "pyav"
+    vision: VisionOptions | None = None
+    token_ids: SpecialTokenIds | None = None
+
+    def _spec(self) -> Any:
+        return family_spec(self.rule.name, getattr(self.rule.config, "patch_size", 14))
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
@@ -121,6 +138,8 @@ class SampleEncoder:
         if ext is None:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
         eod = max(0, special - vt.special) if hasattr(source, "special_tokens") else 0
+        if self.vision is not None:
+            return self._encode_real(source, pos, sample, vt, modality, eod, sample[ext])
         tokens = np.concatenate(
             [
                 np.full(vt.special, self.special_token_id),
@@ -138,11 +157,90 @@ class SampleEncoder:
             image=media if modality == IMAGE else None,
         )
 
+    def _encode_real(
+        self, source: Any, pos: int, sample: Any, vt: Any, modality: int, eod: int, media: bytes
+    ) -> EncodedSample:
+        """The vision path: real template ids, targets, layout and M-RoPE ids."""
+        assert self.vision is not None and self.token_ids is not None
+        em = encode_media(
+            vt,
+            kind=2 if modality == VIDEO else 1,
+            spec=self._spec(),
+            options=self.vision,
+            token_ids=self.token_ids,
+            text_ids=self._ids,
+            caption=self.caption_ids(sample),
+            eod=eod,
+            eod_id=self.eod_id,
+            num_frames=int(source.num_frames[pos]) if modality == VIDEO else 0,
+            fps=float(source.fps[pos]) if modality == VIDEO else 0.0,
+        )
+        return EncodedSample(
+            tokens=em.tokens,
+            vision_start=0,
+            vision=vt,
+            video=media if modality == VIDEO else None,
+            image=media if modality == IMAGE else None,
+            targets=em.targets,
+            layout=em.layout,
+            mrope=em.mrope,
+        )
+
+    def loss_tokens(self, source: Any, pos: int, seqlen: int) -> int:
+        """Loss tokens of sample `pos` (planned length `seqlen`) known without reading it."""
+        modality = int(source.modality[pos]) if hasattr(source, "modality") else TEXT
+        if self.vision is None or modality == TEXT or self.rule is None:
+            return seqlen - 1
+        if modality == VIDEO:
+            vt = self.rule.video(
+                num_frames=int(source.num_frames[pos]),
+                fps=float(source.fps[pos]),
+                height=int(source.height[pos]),
+                width=int(source.width[pos]),
+            )
+        else:
+            vt = self.rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
+        return media_loss_tokens(
+            vt,
+            seqlen,
+            loss_on_template=self.vision.loss_on_template,
+            text_counter=lambda s: len(self._ids(s)),
+        )
+
+    def vision_payload(
+        self,
+        out: PayloadParts,
+        k: int,
+        enc: EncodedSample,
+        *,
+        held: np.ndarray,
+        offset: int,
+        padded_len: int,
+    ) -> None:
+        """Add sequence k's M-RoPE slice and pixel payload to `out` (vision path only)."""
+        if self.vision is None or self.rule is None:
+            return
+        sequence_payload(
+            out,
+            k,
+            layout=enc.layout,
+            media=enc.video if enc.video is not None else enc.image,
+            mrope=enc.mrope,
+            length=len(enc.tokens),
+            held=held,
+            offset=offset,
+            padded_len=padded_len,
+            spec=self._spec(),
+            opts=self.vision,
+        )
+
     def vision_input(
         self, enc: EncodedSample, *, sample_id: int, key: str, held: np.ndarray, offset: int
     ) -> VisionInput | None:
         """Frames for the placeholders among global positions `held` (local order, at `offset`)."""
         vt = enc.vision
+        if self.vision is not None:  # the vision path sends its payload instead
+            return None
         if vt is None or vt.vision == 0 or (enc.video is None and enc.image is None):
             return None
         k = held - enc.vision_start

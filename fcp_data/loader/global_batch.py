@@ -11,14 +11,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
 
-from ..collate import MicroBatch, PackedShard, VisionInput, pack_shard
+from ..collate import IGNORE_INDEX, MicroBatch, PackedShard, VisionInput, pack_shard
 from ..errors import ConfigError, DataError
 from ..planner import Cluster, CostModel, Plan, RankPlan, Wave
+from ..vision.payload import PayloadParts, build_payload
 from .encode import CustomEncoder, EncodedSample, SampleEncoder
 from .sampler import GlobalBatchSampler
 from .time_limit import SampleTimeLimit
@@ -125,6 +126,62 @@ class BatchBuilder:
             raise SampleReadError(key, pos, reason) from e
         return EncodedSample(tokens=np.full(planned, self.pad_id, dtype=np.int64)), reason
 
+    # ---- vision path (LoaderOptions.vision) ------------------------------------------------
+    def _global_loss(self, ids: np.ndarray, seqlens: np.ndarray, planned: Any) -> int:
+        """Loss tokens of the whole global batch, from the index alone (no sample is read)."""
+        count = getattr(self.encoder, "loss_tokens", None)
+        if count is None or getattr(self.encoder, "vision", None) is None:
+            return int(sum(int(seqlens[s]) - 1 for s in planned))
+        return int(sum(count(self.source, int(ids[s]), int(seqlens[s])) for s in planned))
+
+    def _vision_payload(
+        self,
+        encs: list[EncodedSample],
+        packed: PackedShard,
+        pos: tuple[int, ...],
+        keys: tuple[str, ...],
+        bad: list[tuple[str, str]],
+    ) -> dict[str, Any] | None:
+        """Pixel payload and M-RoPE slice of this replica's share (None off the vision path).
+
+        A unit that fails to decode raises SampleReadError (on_error="raise") or masks its
+        sample here (tokens -> pad, out of the loss, no runs) and lists it in `bad`; only this
+        replica's pixels depend on it, so the group's token shapes stay identical.
+        """
+        enc = self.encoder
+        if not isinstance(enc, SampleEncoder) or enc.vision is None or enc.rule is None:
+            return None
+        out = PayloadParts()
+        lo, hi = packed.local_cu_seqlens_padded, packed.cu_seqlens_padded
+        for k, e in enumerate(encs):
+            kept = (len(out.pixel_values), len(out.grid_thw), len(out.runs), len(out.scatter))
+            if any(k_ == keys[k] for k_, _ in bad):
+                continue  # already masked (unreadable): no pixels
+            try:
+                self.time_limit(
+                    f"decoding the pixels of sample {keys[k]!r}",
+                    partial(
+                        enc.vision_payload,
+                        out,
+                        k,
+                        e,
+                        held=packed.global_positions[k],
+                        offset=int(lo[k]),
+                        padded_len=int(hi[k + 1] - hi[k]),
+                    ),
+                )
+            except Exception as err:  # undecodable, short or hung: this sample's fault
+                _, reason = self._bad(keys[k], pos[k], len(e.tokens), err)
+                del out.pixel_values[kept[0] :], out.grid_thw[kept[1] :]
+                del out.runs[kept[2] :], out.scatter[kept[3] :]
+                a, b = int(lo[k]), int(lo[k + 1])
+                packed.tokens[a:b] = self.pad_id
+                packed.labels[a:b] = IGNORE_INDEX
+                packed.loss_mask[a:b] = 0.0
+                bad.append((keys[k], reason))
+        spec = enc._spec()
+        return build_payload(out, spec, row_width=3 * spec.temporal * spec.patch**2)
+
     def own_keys(self, epoch: int, batch_index: int) -> list[str]:
         """Keys this replica reads in a global batch (to name suspects when a worker dies)."""
         ids = self.sampler.batch(epoch, batch_index)
@@ -166,6 +223,7 @@ class BatchBuilder:
                 index=rp.index_in_group,
                 pad_id=self.pad_id,
                 masked=[r is not None for r in reasons],
+                targets=[e.targets for e in encs],
             )
 
         packed, failed = pack(), False
@@ -194,6 +252,7 @@ class BatchBuilder:
         if failed:  # same lengths, same positions: the other samples' frames stay valid
             packed = pack()
         bad = [(k, r) for k, r in zip(keys, reasons) if r is not None]
+        payload = self._vision_payload(encs, packed, pos, keys, bad)
         mb = MicroBatch.from_packed(
             packed,
             rank_plan=rp,
@@ -205,6 +264,7 @@ class BatchBuilder:
             batch_index=batch_index,
             skipped=tuple(bad),
             vision=tuple(vision),
+            payload=payload,
         )
         return mb, bad
 
@@ -215,7 +275,7 @@ class BatchBuilder:
         planning_s = time.perf_counter() - t0
         seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
         planned_ids = plan.sequence_ids()
-        global_loss = int(sum(int(seqlens[s]) - 1 for s in planned_ids))
+        global_loss = self._global_loss(ids, seqlens, planned_ids)
         skipped: list[tuple[str, str]] = [
             (str(self.source.keys[int(ids[s])]), f"too long for the cluster ({seqlens[s]} tokens)")
             for s in plan.dropped

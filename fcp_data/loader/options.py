@@ -100,6 +100,8 @@ class LoaderOptions:
     metrics_history: int = 10_000
     planner: Callable[..., Any] | None = None
     encode: Callable[[Mapping[str, Any]], np.ndarray] | None = None
+    vision: Any = None
+    """fcp_data.vision.VisionOptions: real templates, pixel payload and M-RoPE ids for media."""
 
     def __post_init__(self) -> None:
         for name in ("drop_last", "shuffle", "pin_memory"):
@@ -119,6 +121,11 @@ class LoaderOptions:
         )
         check_choice("multiprocessing_context", self.multiprocessing_context, MP_CONTEXTS)
         check_int("metrics_history", self.metrics_history, low=1)
+        if self.vision is not None:
+            from ..vision import VisionOptions
+
+            if not isinstance(self.vision, VisionOptions):
+                raise ConfigError(f"vision={self.vision!r} must be a VisionOptions or None")
         for name in ("planner", "encode"):
             fn = getattr(self, name)
             if fn is not None and not callable(fn):
