@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import _profile_vision as profile_vision
+
 __all__ = ["register", "run"]
 
 _SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
@@ -74,6 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="4 lengths, 2 repeats, no full-attention points, 3 P2P sizes (~20 s)",
     )
     p.add_argument("--no-p2p", action="store_true", help="skip the two-process P2P measurement")
+    profile_vision.add_arguments(p)
     p.add_argument(
         "-o", "--output", type=Path, help="profile JSON to write (default out/profile-<model>.json)"
     )
@@ -180,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
     profile = _measure(config, console)
     _print_tables(profile, console)
     print_warnings(profile)
+    profile_vision.attach_vision(profile, args, console)
     out = args.output or Path("out") / f"profile-{shape.name}.json"
     profile.save(out)
     CostModel.load(out)  # what `fcp plan --cost` will do: fail here, not there

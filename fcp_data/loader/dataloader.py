@@ -12,8 +12,8 @@ the same code runs inline and yields identical micro-batches.
                 mb = mb.to(device)
                 loss = (model(mb.tokens, mb.position_ids, labels=mb.labels,
                               packed_seq_params=mb.packed_seq_params()) * mb.loss_mask).sum()
-                (loss / mb.global_num_loss_tokens).backward()   # exact per-token mean
-                # (under a SUM gradient all-reduce; DDP averages, so scale by num_replicas)
+                (loss / mb.global_num_loss_tokens).backward()   # a share of the global mean
+            fcp_exec.all_reduce_gradients(model)    # SUM the shares (docs/design.md)
         if mb.is_last_wave:
             optimizer.step(); ckpt["loader"] = loader.state_dict()
 """
@@ -44,6 +44,7 @@ from .resume import resume_point, sampler_settings, source_fingerprint
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
 from .time_limit import SampleTimeLimit
+from .token_source import open_token_store
 from .types import BatchMetrics, LoaderState, SampleSource
 
 __all__ = ["FCPDataLoader", "LoaderOptions"]
@@ -157,6 +158,8 @@ class FCPDataLoader:
                 vision_token_id=opts.vision_token_id,
                 decode_backend=opts.decode_backend,
             )
+            if opts.token_store:
+                encoder.store = open_token_store(src)
         self._builder = BatchBuilder(
             source=src,
             sampler=self.sampler,

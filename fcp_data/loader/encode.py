@@ -35,9 +35,8 @@ import torch
 
 from ..collate import VisionInput
 from ..errors import ConfigError, MissingDependencyError
-from ..vision.encode import encode_media, media_loss_tokens
-from ..vision.options import VisionOptions, family_spec
-from ..vision.payload import PayloadParts, sequence_payload
+from ..vision.options import VisionOptions
+from ..vision.sample import VisionEncoderMixin
 from ..vision.tokens import SpecialTokenIds
 
 __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
@@ -67,7 +66,7 @@ def _decode_text(v: Any) -> str:
 
 
 @dataclass(kw_only=True, slots=True)
-class SampleEncoder:
+class SampleEncoder(VisionEncoderMixin):
     """Picklable: runs in DataLoader workers. `rule` is a readers VisionTokenRule (video only)."""
 
     tokenizer: Tokenizer | None = None
@@ -80,9 +79,7 @@ class SampleEncoder:
     decode_backend: str = "pyav"
     vision: VisionOptions | None = None
     token_ids: SpecialTokenIds | None = None
-
-    def _spec(self) -> Any:
-        return family_spec(self.rule.name, getattr(self.rule.config, "patch_size", 14))
+    store: Any = None  # readers.token_store.TokenStore: text ids sliced, never re-tokenized
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
@@ -113,9 +110,11 @@ class SampleEncoder:
         return np.zeros(0, dtype=np.int64)
 
     def __call__(self, source: Any, pos: int) -> EncodedSample:
-        sample = source.read(pos)
         modality = int(source.modality[pos]) if hasattr(source, "modality") else TEXT
         special = int(source.special_tokens[pos]) if hasattr(source, "special_tokens") else 0
+        if modality == TEXT and self.store is not None:  # ids from the token store, lazily
+            return EncodedSample(tokens=self.store.tokens(pos, eod=special, eod_id=self.eod_id))
+        sample = source.read(pos)
         if modality == TEXT:
             ids = self.text_ids(sample)
             return EncodedSample(tokens=np.concatenate([ids, np.full(special, self.eod_id)]))
@@ -139,7 +138,9 @@ class SampleEncoder:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
         eod = max(0, special - vt.special) if hasattr(source, "special_tokens") else 0
         if self.vision is not None:
-            return self._encode_real(source, pos, sample, vt, modality, eod, sample[ext])
+            return EncodedSample(
+                **self._encode_real(source, pos, sample, vt, modality, eod, sample[ext])
+            )
         tokens = np.concatenate(
             [
                 np.full(vt.special, self.special_token_id),
@@ -155,83 +156,6 @@ class SampleEncoder:
             vision=vt,
             video=media if modality == VIDEO else None,
             image=media if modality == IMAGE else None,
-        )
-
-    def _encode_real(
-        self, source: Any, pos: int, sample: Any, vt: Any, modality: int, eod: int, media: bytes
-    ) -> EncodedSample:
-        """The vision path: real template ids, targets, layout and M-RoPE ids."""
-        assert self.vision is not None and self.token_ids is not None
-        em = encode_media(
-            vt,
-            kind=2 if modality == VIDEO else 1,
-            spec=self._spec(),
-            options=self.vision,
-            token_ids=self.token_ids,
-            text_ids=self._ids,
-            caption=self.caption_ids(sample),
-            eod=eod,
-            eod_id=self.eod_id,
-            num_frames=int(source.num_frames[pos]) if modality == VIDEO else 0,
-            fps=float(source.fps[pos]) if modality == VIDEO else 0.0,
-        )
-        return EncodedSample(
-            tokens=em.tokens,
-            vision_start=0,
-            vision=vt,
-            video=media if modality == VIDEO else None,
-            image=media if modality == IMAGE else None,
-            targets=em.targets,
-            layout=em.layout,
-            mrope=em.mrope,
-        )
-
-    def loss_tokens(self, source: Any, pos: int, seqlen: int) -> int:
-        """Loss tokens of sample `pos` (planned length `seqlen`) known without reading it."""
-        modality = int(source.modality[pos]) if hasattr(source, "modality") else TEXT
-        if self.vision is None or modality == TEXT or self.rule is None:
-            return seqlen - 1
-        if modality == VIDEO:
-            vt = self.rule.video(
-                num_frames=int(source.num_frames[pos]),
-                fps=float(source.fps[pos]),
-                height=int(source.height[pos]),
-                width=int(source.width[pos]),
-            )
-        else:
-            vt = self.rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
-        return media_loss_tokens(
-            vt,
-            seqlen,
-            loss_on_template=self.vision.loss_on_template,
-            text_counter=lambda s: len(self._ids(s)),
-        )
-
-    def vision_payload(
-        self,
-        out: PayloadParts,
-        k: int,
-        enc: EncodedSample,
-        *,
-        held: np.ndarray,
-        offset: int,
-        padded_len: int,
-    ) -> None:
-        """Add sequence k's M-RoPE slice and pixel payload to `out` (vision path only)."""
-        if self.vision is None or self.rule is None:
-            return
-        sequence_payload(
-            out,
-            k,
-            layout=enc.layout,
-            media=enc.video if enc.video is not None else enc.image,
-            mrope=enc.mrope,
-            length=len(enc.tokens),
-            held=held,
-            offset=offset,
-            padded_len=padded_len,
-            spec=self._spec(),
-            opts=self.vision,
         )
 
     def vision_input(
@@ -271,7 +195,7 @@ class SampleEncoder:
             for j in range(frames_per_group)
             if g * frames_per_group + j < len(vt.frame_indices)
         ]
-        pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend)
+        pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend, key=key)
         if pixels.shape[0] != len(frames):  # a backend must not drop or repeat frames
             raise ValueError(
                 f"decoded {pixels.shape[0]} frames where the index's frame count asks for "

@@ -102,9 +102,11 @@ class LoaderOptions:
     encode: Callable[[Mapping[str, Any]], np.ndarray] | None = None
     vision: Any = None
     """fcp_data.vision.VisionOptions: real templates, pixel payload and M-RoPE ids for media."""
+    token_store: bool = True
+    """Use the index's token store (`fcp index --store-tokens`) for text when it has one."""
 
     def __post_init__(self) -> None:
-        for name in ("drop_last", "shuffle", "pin_memory"):
+        for name in ("drop_last", "shuffle", "pin_memory", "token_store"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         check_choice("on_error", self.on_error, ON_ERROR)

@@ -6,8 +6,12 @@ across nodes. The estimate assumes model FLOPs utilisation of 55% for the per-to
 45% for attention (typical measured MFU of large dense training), bf16 activations with
 selective recomputation (34·h bytes per token per layer, Korthikanti et al. 2022), model states
 of 6 bytes per parameter (bf16 weights + fp32 grads; Adam states sharded by a distributed
-optimizer) and ring traffic of 3 passes of K and V per layer (forward KV, backward KV + dKV).
+optimizer) and the ring traffic fcp_exec really sends per layer: bf16 K and V forward and
+backward plus fp32 dK and dV (`cost.ring_bytes_per_token`).
 A fitted profile (`fcp profile`) replaces all of this with measurements.
+The vision-language models name their encoder (`ModelSpec.encoder`); its VisionCost
+(`vision_presets`: encoder fwd+bwd per unit, decode per megapixel) rides on the estimate as
+`CostModel.vision`. `VisionSpec` stays the coarse size used for the model-state bytes.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .cost import CostModel
+from .cost import CostModel, ring_bytes_per_token
+from .vision_presets import estimate_vision_cost
 
 __all__ = ["DEVICES", "MODELS", "DeviceSpec", "ModelSpec", "VisionSpec", "estimate_cost_model"]
 
@@ -23,7 +28,7 @@ LINEAR_MFU = 0.55
 ATTENTION_MFU = 0.45
 BYTES_PER_PARAM_STATE = 6.0
 ACT_BYTES_PER_TOKEN_PER_HIDDEN_PER_LAYER = 34.0
-RING_PASSES = 3.0
+ACTIVATION_BYTES = 2  # bf16 K/V on the ring
 LAUNCH_SECONDS_PER_LAYER = 3 * 15e-6  # fwd + bwd kernel launches and syncs, per layer
 RING_STEP_LATENCY_PER_LAYER = 3 * 8e-6  # one P2P handshake per layer per pass
 
@@ -49,6 +54,7 @@ class ModelSpec:
     vocab: int
     head_dim: int | None = None
     vision: VisionSpec | None = None
+    encoder: str | None = None  # vision_presets.ENCODERS name: the planner's vision cost
 
     @property
     def dim_head(self) -> int:
@@ -154,6 +160,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=8960,
             vocab=_QWEN25_VOCAB,
             vision=_INTERN_VIT,
+            encoder="internvit-300m",
         ),
         ModelSpec(
             name="internvl2.5-4b",
@@ -164,6 +171,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=11008,
             vocab=_QWEN25_VOCAB,
             vision=_INTERN_VIT,
+            encoder="internvit-300m",
         ),
         ModelSpec(
             name="internvl3-8b",
@@ -174,6 +182,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=18944,
             vocab=_QWEN25_VOCAB,
             vision=_INTERN_VIT,
+            encoder="internvit-300m",
         ),
         ModelSpec(
             name="qwen3-vl-2b",
@@ -185,6 +194,7 @@ MODELS: dict[str, ModelSpec] = {
             vocab=_QWEN3_VOCAB,
             head_dim=128,
             vision=_QWEN3_VIT,
+            encoder="qwen3-vl-vit",
         ),
         ModelSpec(
             name="qwen3-vl-4b",
@@ -196,6 +206,7 @@ MODELS: dict[str, ModelSpec] = {
             vocab=_QWEN3_VOCAB,
             head_dim=128,
             vision=_QWEN3_VIT,
+            encoder="qwen3-vl-vit",
         ),
         ModelSpec(
             name="qwen3-vl-8b",
@@ -207,6 +218,7 @@ MODELS: dict[str, ModelSpec] = {
             vocab=_QWEN3_VOCAB,
             head_dim=128,
             vision=_QWEN3_VIT_8B,
+            encoder="qwen3-vl-vit-8b",
         ),
     )
 }
@@ -277,7 +289,9 @@ def estimate_cost_model(model: str | ModelSpec, device: str | DeviceSpec) -> Cos
     alpha2 = 3 * fwd_linear / (dev.peak_flops * LINEAR_MFU)
     # Causal attention forward: QK^T and PV over half the s² pairs: 2·2·s²·q_dim/2 per layer.
     alpha1 = 3 * m.layers * 2 * q_dim / (dev.peak_flops * ATTENTION_MFU)
-    alpha3 = RING_PASSES * m.layers * 2 * kv_dim * 2  # K and V, bf16
+    alpha3 = ring_bytes_per_token(
+        kv_heads=m.kv_heads, head_dim=hd, activation_bytes=ACTIVATION_BYTES, layers=m.layers
+    )
     alpha_vision = 0.0
     if m.vision is not None:
         v = m.vision
@@ -296,4 +310,9 @@ def estimate_cost_model(model: str | ModelSpec, device: str | DeviceSpec) -> Cos
         static_bytes=BYTES_PER_PARAM_STATE * m.params,
         alpha_vision=alpha_vision,
         name=f"{m.name}@{dev.name} (analytic)",
+        vision=None
+        if m.encoder is None
+        else estimate_vision_cost(
+            m.encoder, dev.name, peak_flops=dev.peak_flops, llm_hidden=m.hidden
+        ),
     )

@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "RULE_NAMES",
+    "CompressedShardError",
     "ErrorPolicy",
     "LengthIndex",
     "Prober",
@@ -45,6 +46,7 @@ __all__ = [
 _WHERE = {
     "RULE_NAMES": "rules",
     "get_rule": "rules",
+    "CompressedShardError": "errors",
     "ErrorPolicy": "errors",
     "SampleError": "errors",
     "TooManyFailures": "errors",

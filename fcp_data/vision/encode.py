@@ -44,13 +44,32 @@ def _template_targets(vt: VisionTokens, text_counter: Callable[[str], int]) -> n
 
 
 def media_loss_tokens(
-    vt: VisionTokens, seqlen: int, *, loss_on_template: bool, text_counter: Callable[[str], int]
+    vt: VisionTokens,
+    seqlen: int,
+    *,
+    loss_on_template: bool,
+    text_counter: Callable[[str], int],
+    before: Sequence[tuple[int, bool]] = (),
+    after: Sequence[tuple[int, bool]] | None = None,
 ) -> int:
-    """Loss tokens of a media sample of `seqlen` tokens, from its template alone (no reading)."""
-    if not loss_on_template:
-        return seqlen - vt.total  # position 0 is a template token, never predicted
+    """Loss tokens (targets at positions 1..L-1) of a media sample, without tokenizing it.
+
+    `before`/`after` are (token count, is_target) pieces around the media (a conversation);
+    by default everything after the template (caption and end-of-document ids) is a target.
+    """
     tpl = _template_targets(vt, text_counter)
-    return seqlen - vt.total + int(tpl[1:].sum())
+    if not loss_on_template:
+        tpl[:] = False
+    flags = [np.full(n, t, dtype=bool) for n, t in before]
+    flags.append(tpl)
+    head = sum(f.size for f in flags)
+    if after is None:
+        flags.append(np.ones(seqlen - head, dtype=bool))
+    else:
+        flags += [np.full(n, t, dtype=bool) for n, t in after]
+        flags.append(np.ones(seqlen - sum(f.size for f in flags), dtype=bool))  # EOD ids
+    allf = np.concatenate(flags)
+    return int(allf[1:].sum())
 
 
 def encode_media(
@@ -61,20 +80,37 @@ def encode_media(
     options: VisionOptions,
     token_ids: SpecialTokenIds,
     text_ids: Callable[[str], Sequence[int]],
-    caption: np.ndarray,
+    caption: np.ndarray | None = None,
+    before: Sequence[tuple[np.ndarray, bool]] = (),
+    after: Sequence[tuple[np.ndarray, bool]] = (),
     eod: int,
     eod_id: int,
     num_frames: int = 0,
     fps: float = 0.0,
 ) -> EncodedMedia:
-    """Encode one image (kind 1) or video (kind 2) sample; see the module docstring."""
-    tpl, layout = render(vt, kind=kind, family=spec.family, token_ids=token_ids, text_ids=text_ids)
-    tokens = np.concatenate([tpl, caption.astype(np.int64), np.full(eod, eod_id, dtype=np.int64)])
+    """Encode one image (kind 1) or video (kind 2) sample; see the module docstring.
+
+    Text around the media is `caption` (after it, all targets) or `before` / `after` lists of
+    (ids, is_target) pieces (a conversation, fcp_data.vision.chat).
+    """
+    if caption is not None:
+        after = [(caption, True)]
+    head = sum(int(ids.size) for ids, _ in before)
+    tpl, layout = render(
+        vt, kind=kind, family=spec.family, token_ids=token_ids, text_ids=text_ids, offset=head
+    )
     if options.loss_on_template:
         tpl_targets = _template_targets(vt, lambda s: len(text_ids(s)))
     else:
         tpl_targets = np.zeros(tpl.size, dtype=bool)
-    targets = np.concatenate([tpl_targets, np.ones(caption.size + eod, dtype=bool)])
+    pieces = [*before, (tpl, tpl_targets), *after, (np.full(eod, eod_id, dtype=np.int64), True)]
+    tokens = np.concatenate([np.asarray(ids, dtype=np.int64) for ids, _ in pieces])
+    targets = np.concatenate(
+        [
+            t if isinstance(t, np.ndarray) else np.full(len(ids), bool(t), dtype=bool)
+            for ids, t in pieces
+        ]
+    )
     mrope = None
     if spec.rope != "1d":
         interval = np.float32(1.0)

@@ -12,6 +12,9 @@ Defaults follow each family's published processors and fine-tuning code:
 * `mean`/`std` None: CLIP statistics for Qwen2/2.5-VL, 0.5 for Qwen3-VL, ImageNet for InternVL.
 * `loss_on_template` False: labels that would predict template or vision tokens are ignored
   (loss on text only); True keeps template text (timestamps, frame labels) in the loss.
+* `chat` False: a caption field holding a conversation (fcp_data.vision.chat) is encoded only
+  when True; the loss is then on the turns whose role is in `chat_loss_roles` (assistant), and
+  the global loss count reads each media sample's small .json member (not its media).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class VisionOptions:
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
     loss_on_template: bool = False
+    chat: bool = False
+    chat_loss_roles: tuple[str, ...] = ("assistant",)
     payload: bool = True
 
 
