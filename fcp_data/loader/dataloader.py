@@ -114,6 +114,9 @@ class FCPDataLoader:
                 self.source_skipped[:3],
             )
         check_source_matches(src, tokenizer, vision_rule)
+        if hasattr(src, "shard_cache"):  # a LengthIndex: how to reach non-local shards
+            src.remote = opts.remote if opts.remote is not None else src.remote
+            src.shard_cache = opts.shard_cache if opts.shard_cache is not None else src.shard_cache
         self.cluster, self.cost, self.replica = cluster, cost, replica
         self.sampler = GlobalBatchSampler(
             num_samples=len(src.seqlens),

@@ -104,6 +104,10 @@ class LoaderOptions:
     """fcp_data.vision.VisionOptions: real templates, pixel payload and M-RoPE ids for media."""
     token_store: bool = True
     """Use the index's token store (`fcp index --store-tokens`) for text when it has one."""
+    remote: Any = None
+    """fcp_data.readers.remote.RemoteOptions for http(s)/s3 shards (retries, fsspec options)."""
+    shard_cache: Any = None
+    """fcp_data.readers.cache.ShardCache where pipe: shards are copied to be loaded."""
 
     def __post_init__(self) -> None:
         for name in ("drop_last", "shuffle", "pin_memory", "token_store"):

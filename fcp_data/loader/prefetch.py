@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..errors import DataError
 from .global_batch import BatchBuilder, PlannedBatch
+from .handoff import one_buffer
 from .options import LoaderOptions
 from .workers import WORKER_FAULTS, WorkerEnd, is_worker_fault, stop_workers, worker_failure
 
@@ -35,7 +36,10 @@ class _PlannedBatches(IterableDataset):
         w, n = (0, 1) if info is None else (info.id, info.num_workers)
         order = self.builder.sampler.order(self.epoch)
         for b in range(self.start + w, self.stop, n):
-            yield self.builder.build(self.epoch, b, order)
+            pb = self.builder.build(self.epoch, b, order)
+            if info is not None:  # crossing a process boundary: one buffer per micro-batch
+                pb.micro_batches = [one_buffer(mb) for mb in pb.micro_batches]
+            yield pb
 
 
 def _identity(x: PlannedBatch) -> PlannedBatch:
