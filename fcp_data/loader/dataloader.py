@@ -118,12 +118,13 @@ class FCPDataLoader:
             src.remote = opts.remote if opts.remote is not None else src.remote
             src.shard_cache = opts.shard_cache if opts.shard_cache is not None else src.shard_cache
         self.cluster, self.cost, self.replica = cluster, cost, replica
-        self.sampler = GlobalBatchSampler(
-            num_samples=len(src.seqlens),
-            global_batch_size=global_batch_size,
-            seed=seed,
-            drop_last=opts.drop_last,
-            shuffle=opts.shuffle,
+        sampling = {"global_batch_size": global_batch_size, "seed": seed}
+        sampling.update(drop_last=opts.drop_last, shuffle=opts.shuffle)
+        make_sampler = getattr(src, "make_sampler", None)  # a Blend mixes its sources by weight
+        self.sampler = (
+            make_sampler(**sampling)
+            if callable(make_sampler)
+            else GlobalBatchSampler(num_samples=len(src.seqlens), **sampling)
         )
         self._fingerprint: str | None = None
         planner = opts.planner

@@ -11,6 +11,7 @@ what this loader expects (`StateError`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import numbers
 import warnings
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StateError
+from ..errors import ConfigError, StateError
 from .sampler import GlobalBatchSampler
 from .types import LoaderState
 
@@ -64,9 +65,15 @@ def source_fingerprint(keys: Any, seqlens: Any) -> str:
     return h.hexdigest()
 
 
-def sampler_settings(sampler: GlobalBatchSampler) -> str:
-    """The sampler settings that change which samples a batch holds, besides seed and size."""
-    return f"shuffle={sampler.shuffle},drop_last={sampler.drop_last}"
+def sampler_settings(sampler: Any) -> str:
+    """The sampler settings that change which samples a batch holds, besides seed and size
+    (every init field of the sampler dataclass but those: shuffle, drop_last, blend weights)."""
+    skip = {"seed", "global_batch_size", "num_samples"}
+    return ",".join(
+        f"{f.name}={getattr(sampler, f.name)}"
+        for f in dataclasses.fields(sampler)
+        if f.init and f.name not in skip and not f.name.startswith("_")
+    )
 
 
 def parse_state(state: Any) -> LoaderState:
@@ -96,15 +103,14 @@ def parse_state(state: Any) -> LoaderState:
     return LoaderState(**values)
 
 
-def check_position(s: LoaderState, sampler: GlobalBatchSampler) -> None:
+def check_position(s: LoaderState, sampler: Any) -> None:
     """`batch` inside the saved epoch (under the saved batch size); `wave` 0 at its end."""
-    saved = GlobalBatchSampler(
-        num_samples=s.num_samples,
-        global_batch_size=s.global_batch_size,
-        seed=s.seed,
-        drop_last=sampler.drop_last and s.num_samples >= s.global_batch_size,
-        shuffle=sampler.shuffle,
-    ).num_batches()
+    try:
+        saved = dataclasses.replace(
+            sampler, global_batch_size=s.global_batch_size, seed=s.seed
+        ).num_batches()
+    except ConfigError:  # drop_last with fewer samples than the saved batch: no full batch
+        saved = 0
     if s.batch > saved or (s.batch == saved and s.wave):
         raise StateError(
             f"state batch={s.batch}, wave={s.wave} is past the end of an epoch of {saved} "
@@ -176,13 +182,7 @@ def resume_point(
         )
         wave = 0
     if s.seed != sampler.seed:
-        sampler = GlobalBatchSampler(
-            num_samples=sampler.num_samples,
-            global_batch_size=g,
-            seed=s.seed,
-            drop_last=sampler.drop_last,
-            shuffle=sampler.shuffle,
-        )
+        sampler = dataclasses.replace(sampler, seed=s.seed)
     if wave:  # same cluster and batch size: the wave must exist in that batch's plan
         waves = num_waves(sampler, s.epoch, batch)
         if wave >= waves:

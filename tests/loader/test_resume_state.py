@@ -70,7 +70,7 @@ def test_another_dataset_of_the_same_size_is_refused(index, cost, saved: dict, t
 
 def test_other_sampler_settings_are_refused(index, cost, saved: dict) -> None:
     ld = make_loaders(index, cost, 4, shuffle=False)[0]
-    with pytest.raises(StateError, match=r"sampler settings 'shuffle=True,drop_last=False'"):
+    with pytest.raises(StateError, match=r"sampler settings 'drop_last=False,shuffle=True'"):
         ld.load_state_dict(saved)
 
 
