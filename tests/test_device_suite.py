@@ -70,9 +70,9 @@ def test_dry_run_schema_and_exactness(tmp_path: Path) -> None:
 
     prof = r["parts"]["cost_profile"]
     assert set(prof["compute_fit"]["coef"]) == {"alpha1", "alpha2", "beta1"}
-    assert len(prof["compute_fit"]["rows"]) == 3 and prof["cost_model"]["alpha3"] > 0
+    assert len(prof["compute_fit"]["rows"]) == 4 and prof["cost_model"]["alpha3"] > 0
     vis = r["parts"]["vision_profile"]
-    assert len(vis["encoder_fit"]["rows"]) == 3 and vis["decode_fit"]["status"] == "ok"
+    assert len(vis["encoder_fit"]["rows"]) == 4 and vis["decode_fit"]["status"] == "ok"
 
     p2p, ov = r["parts"]["p2p"], r["parts"]["overlap"]
     assert len(p2p["rows"]) == 3 and p2p["latency_s"] >= 0 and p2p["backend"].startswith("gloo")

@@ -47,11 +47,11 @@ def preset(kind: str, device: str) -> dict[str, Any]:
         "kernel": {"heads": 4 if dry else 8, "kv_heads": 2, "head_dim": 32 if dry else 64,
                    "dtype": "float32", "repeats": 2 if dry else 3},
         "profile_shape": "cpu-small",
-        "profile_lengths": [64, 128, 256] if dry else [256, 512, 1024, 2048],
+        "profile_lengths": [64, 128, 256, 512] if dry else [256, 512, 1024, 2048],
         "profile_repeats": 1 if dry else 2,
         "profile_min_s": 2.0 if dry else 20.0,
         "vision": VisionProfileConfig(layers=1, hidden=64, heads=2, ffn=128,
-                                      patches=(16, 32, 64), sizes=((64, 48),), frames=4,
+                                      patches=(16, 32, 64, 128), sizes=((64, 48),), frames=4,
                                       repeats=1, device="cpu", name="vit-dry")
         if dry else VisionProfileConfig(device="cpu"),
         "vision_min_s": 2.0 if dry else 15.0,
