@@ -1,6 +1,6 @@
 """Members of a ring check that they run the same plan and layout before any ring traffic.
 
-Plans are made independently on every replica (DESIGN.md). Members of a CP group that disagree
+Plans are made independently on every replica (docs/design.md). Members of a CP group that disagree
 (another seed or index, different sequence lengths with the same total, different causal flags,
 a different ring order) would otherwise exchange K/V and return silently wrong attention, or
 wait on each other until the process-group timeout. `verify_ring` is the cheap check that

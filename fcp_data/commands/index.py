@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--tokenizer",
         default="bytes:4",
-        help="bytes:R (R bytes per token, default 4), hf:PATH/tokenizer.json "
-        "(needs `tokenizers`) or py:module:callable",
+        help="the model's tokenizer: a local tokenizer.json or a directory with tokenizer files "
+        "(needs `tokenizers`; transformers for a directory without tokenizer.json), "
+        "py:module:callable, or bytes:R (an estimate: R utf-8 bytes per token; default bytes:4)",
     )
     p.add_argument("--text-field", default="text", help="text field of .json samples")
     p.add_argument(

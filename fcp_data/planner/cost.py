@@ -1,4 +1,4 @@
-"""The per-replica cost model (DESIGN.md, the paper's Eq. 7-10 written per replica).
+"""The per-replica cost model (docs/design.md, the paper's Eq. 7-10 written per replica).
 
 For an atomic group G of sequences s_k run by a CP group of degree d, one member replica spends
 

@@ -3,8 +3,8 @@
 Only the shape matters for timing (weights are random): attention cost follows query heads x
 head dim (KV heads add the GQA expansion), per-token cost follows the projections and the MLP.
 Layers are identical, so the profiler times one layer and multiplies by `layers`; the LM head
-is timed once. `cpu-small` is the model `examples/train_megatron.py` trains and the one whose
-measured profile ships in `fcp_data/profiles/cpu-small.json`.
+is timed once. `cpu-small` is the model `examples/train_megatron.py` and `fcp demo` train and
+the one whose measured profile ships in `fcp_data/profiles/cpu-small.json`.
 """
 
 from __future__ import annotations
