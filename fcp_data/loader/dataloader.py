@@ -23,6 +23,7 @@ num_workers=0 the same code runs inline and yields identical micro-batches.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import multiprocessing
 import warnings
@@ -164,12 +165,13 @@ class FCPDataLoader:
             src.shard_cache = opts.shard_cache if opts.shard_cache is not None else src.shard_cache
         self.cluster, self.cost, self.replica = cluster, cost, int(replica)
         self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
-        self.sampler = GlobalBatchSampler(
-            num_samples=len(src.seqlens),
-            global_batch_size=global_batch_size,
-            seed=seed,
-            drop_last=opts.drop_last,
-            shuffle=opts.shuffle,
+        sampling = {"global_batch_size": global_batch_size, "seed": seed}
+        sampling.update(drop_last=opts.drop_last, shuffle=opts.shuffle)
+        make_sampler = getattr(src, "make_sampler", None)  # a Blend mixes its sources by weight
+        self.sampler = (
+            make_sampler(**sampling)
+            if callable(make_sampler)
+            else GlobalBatchSampler(num_samples=len(src.seqlens), **sampling)
         )
         planner = opts.planner
         if planner is None:
@@ -294,13 +296,7 @@ class FCPDataLoader:
             )
             wave = 0
         if s.seed != self.sampler.seed:
-            self.sampler = GlobalBatchSampler(
-                num_samples=self.sampler.num_samples,
-                global_batch_size=g,
-                seed=s.seed,
-                drop_last=self.sampler.drop_last,
-                shuffle=self.sampler.shuffle,
-            )
+            self.sampler = dataclasses.replace(self.sampler, seed=s.seed)
             self._builder.sampler = self.sampler
         self._epoch, self._batch, self._wave = s.epoch, batch, wave
 

@@ -155,6 +155,10 @@ class BatchBuilder:
         spec = enc._spec()
         return build_payload(out, spec, row_width=3 * spec.temporal * spec.patch**2)
 
+    def _source_counts(self, ids: np.ndarray) -> tuple[int, ...]:
+        count = getattr(self.source, "source_counts", None)
+        return tuple(count(ids)) if callable(count) else ()
+
     def _prefetch(self, pos: tuple[int, ...]) -> None:
         """Let a source with remote shards fetch this replica's samples of the batch
         concurrently (one round of range requests); samples a token store serves are skipped."""
@@ -272,6 +276,7 @@ class BatchBuilder:
             load_s=time.perf_counter() - t1,
             digest=plan.digest,
             skipped=tuple(skipped),
+            source_counts=self._source_counts(ids),
         )
         return PlannedBatch(
             epoch=epoch, batch_index=batch_index, micro_batches=mbs, metrics=metrics
