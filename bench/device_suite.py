@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib.util
 import json
 import sys
 import time
@@ -34,6 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+if importlib.util.find_spec("fcp_exec") is None:  # a bare checkout: import fcp from the tree
+    sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
 from _device.common import Budget, device_info, failed, skipped
 
 # The parts are imported in `run`, not here: spawned ranks re-import this module, and each
@@ -207,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)  # fmt: skip
     if not args.dry_run and args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but torch.cuda.is_available() is False; use --dry-run on CPU")
+    if not args.dry_run and args.device == "npu":
+        try:
+            import torch_npu  # noqa: F401  (registers the npu device type)
+        except ImportError:
+            ap.error("--device npu needs torch_npu (pip install torch_npu matching CANN)")
     from _device.report import print_table
 
     t0 = time.monotonic()

@@ -101,6 +101,9 @@ def device_info(kind: str) -> dict[str, Any]:
         "torch_npu": None,
         "count": 0,
         "name": platform.processor() or platform.machine(),
+        # TF32 matmuls would make fp32 exactness ~1e-3, not ~1e-7: say which was in force
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
     }
     if kind == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)

@@ -7,7 +7,9 @@
   the same transfers with no kernels ("comm": d-1 KV hops forward, d-1 KV + d-1 fp32 dK/dV
   hops backward). hidden = (compute + comm - ring) / comm is the share of transfer time the
   ring hid behind compute (1 = all of it, 0 = none); "wait" is the time blocked in
-  `RingComm.wait` per fwd+bwd, the transfer time the ring did not hide.
+  `RingComm.wait` per fwd+bwd, the transfer time the ring did not hide. On NCCL `wait` only
+  orders the compute stream after the transfer and returns at once, so "wait" is ~0 there
+  and the hidden share is the figure to read.
 """
 
 from __future__ import annotations
