@@ -98,8 +98,11 @@ def _is_index(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / HEADER_NAME).is_file()
 
 
-def open_source(source: Any, *, tokenizer: Any = None, vision_rule: Any = None) -> Any:
-    """A LengthIndex for an index directory; shards (specs) are scanned; objects pass through."""
+def open_source(
+    source: Any, *, tokenizer: Any = None, vision_rule: Any = None, on_error: str = "skip"
+) -> Any:
+    """A LengthIndex for an index directory; shards (specs) are scanned (a bad sample raises
+    under `on_error="raise"`, is skipped and listed under "skip"); objects pass through."""
     if isinstance(source, (str, os.PathLike)) and _is_index(source):
         from ..readers import LengthIndex
 
@@ -110,7 +113,10 @@ def open_source(source: Any, *, tokenizer: Any = None, vision_rule: Any = None) 
         one = isinstance(source, (str, os.PathLike))
         specs = [str(source)] if one else [str(s) for s in source]
         rule = vision_rule if isinstance(vision_rule, str) else getattr(vision_rule, "name", None)
-        return ScannedSource.scan(specs, tokenizer=tokenizer, vision_rule=rule)
+        from ..readers import ScanConfig
+
+        config = ScanConfig(on_error=on_error)
+        return ScannedSource.scan(specs, tokenizer=tokenizer, vision_rule=rule, config=config)
     return source
 
 
