@@ -26,29 +26,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "prepare", "tiny_qwen25_vl"]
+__all__ = ["main", "make_tokenizer", "prepare", "tiny_qwen25_vl"]
 
 SPECIALS = ["<|endoftext|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>", "<|image_pad|>"]
 
 
-def prepare(
-    out: Path, *, text: int, video: int, seed: int, time_scale: float = 0.2
-) -> tuple[Path, Path]:
-    """Shards, a BPE tokenizer (tok.json) and the qwen2.5-vl length index under `out`
-    (time_scale: clip durations, as `make_shards` takes it; 1.0 gives 10-15 tubelet clips)."""
+def make_tokenizer() -> Any:
+    """A byte-level BPE (vocab 400, trained on stdlib text) plus Qwen's vision special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from fcp_data.readers import build_index, make_shards
-    from fcp_data.readers.scan import ScanConfig
     from fcp_data.readers.synth import stdlib_sources
 
-    index, tok_path = out / "index", out / "tok.json"
-    if index.exists() and tok_path.exists():
-        return index, tok_path
-    paths = make_shards(
-        out / "shards", text=text, video=video, seed=seed, samples_per_shard=32,
-        time_scale=time_scale,
-    )  # fmt: skip
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -61,10 +49,27 @@ def prepare(
         show_progress=False,
     )
     tok.train_from_iterator(corpus, trainer)
+    return tok
+
+
+def prepare(
+    out: Path, *, text: int, video: int, seed: int, shards: list[str] | None = None
+) -> tuple[Path, Path]:
+    """Shards (the demo's, or `shards`), tok.json and the qwen2.5-vl length index under `out`."""
+    from fcp_data.readers import build_index, make_shards
+    from fcp_data.readers.scan import ScanConfig
+
+    index, tok_path = out / "index", out / "tok.json"
+    if index.exists() and tok_path.exists():
+        return index, tok_path
+    if shards is None:
+        paths = make_shards(out / "shards", text=text, video=video, seed=seed)
+        shards = [str(p) for p in paths]
+    tok = make_tokenizer()
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(tok_path))
     cfg = ScanConfig(vision_rule="qwen2.5-vl", on_error="raise")
-    build_index([str(p) for p in paths], index, config=cfg, counter=tok)
+    build_index(shards, index, config=cfg, counter=tok)
     return index, tok_path
 
 
