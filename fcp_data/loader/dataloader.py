@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..collate import MicroBatch
 from ..planner import Cluster, CostModel
+from ..readers.rules_base import VisionTokenRule
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch, SampleReadError
 from .sampler import GlobalBatchSampler
@@ -99,7 +100,7 @@ class FCPDataLoader:
     """Yields this replica's MicroBatch for every wave of every global batch, in order.
 
     `source`: a length index (`fcp_data.readers.LengthIndex` or its directory) or shard specs
-    (scanned once into an in-memory index, see loader.source). `replica` is this
+    (scanned once into an in-memory `fcp_data.readers.ScannedSource`). `replica` is this
     replica's index in [0, cluster.num_replicas); every replica builds its own loader with the
     same arguments but its replica index, and all of them agree on every plan (MicroBatch.digest).
     `tokenizer` turns text into ids and must be the one the index was counted with (its `spec`
@@ -118,7 +119,7 @@ class FCPDataLoader:
         num_workers: int = 2,
         prefetch_factor: int = 2,
         tokenizer: Tokenizer | None = None,
-        vision_rule: Any = None,
+        vision_rule: VisionTokenRule | str | None = None,
         strategy: str = "fcp",
         options: LoaderOptions | None = None,
     ) -> None:

@@ -29,6 +29,8 @@ import numpy as np
 import torch
 
 from ..collate import VisionInput
+from ..readers.rules_base import VisionTokenRule
+from ..readers.sample_source import SampleSource
 
 __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
 
@@ -58,7 +60,7 @@ class SampleEncoder:
     """Picklable: runs in DataLoader workers. `rule` is a readers VisionTokenRule (video only)."""
 
     tokenizer: Tokenizer | None = None
-    rule: Any = None
+    rule: VisionTokenRule | None = None
     text_field: str = "text"
     caption_field: str = "caption"
     eod_id: int = 0
@@ -94,10 +96,10 @@ class SampleEncoder:
                 return self._ids(obj[self.caption_field])
         return np.zeros(0, dtype=np.int64)
 
-    def __call__(self, source: Any, pos: int) -> EncodedSample:
+    def __call__(self, source: SampleSource, pos: int) -> EncodedSample:
         sample = source.read(pos)
-        modality = int(source.modality[pos]) if hasattr(source, "modality") else TEXT
-        special = int(source.special_tokens[pos]) if hasattr(source, "special_tokens") else 0
+        modality = int(source.modality[pos])
+        special = int(source.special_tokens[pos])
         if modality == TEXT:
             ids = self.text_ids(sample)
             return EncodedSample(tokens=np.concatenate([ids, np.full(special, self.eod_id)]))
@@ -119,7 +121,7 @@ class SampleEncoder:
         ext = next((e for e in exts if e in sample), None)
         if ext is None:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
-        eod = max(0, special - vt.special) if hasattr(source, "special_tokens") else 0
+        eod = max(0, special - vt.special)
         tokens = np.concatenate(
             [
                 np.full(vt.special, self.special_token_id),
@@ -206,7 +208,7 @@ class CustomEncoder:
 
     fn: Callable[[Mapping[str, Any]], np.ndarray]
 
-    def __call__(self, source: Any, pos: int) -> EncodedSample:
+    def __call__(self, source: SampleSource, pos: int) -> EncodedSample:
         return EncodedSample(tokens=np.asarray(self.fn(source.read(pos)), dtype=np.int64))
 
     def vision_input(self, enc: EncodedSample, **_: Any) -> VisionInput | None:
