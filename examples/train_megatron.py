@@ -197,6 +197,7 @@ def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> 
     import torch.distributed as dist
 
     from fcp_exec import cp_context
+    from fcp_exec.megatron import packed_seq_params
 
     model = _model(cfg.seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -212,7 +213,7 @@ def _train(cfg: TrainConfig, rank: int, world: int, cache: Any, no_cp: bool) -> 
                     mb.position_ids[None],
                     None,
                     labels=mb.labels[None],
-                    packed_seq_params=mb.packed_seq_params(),
+                    packed_seq_params=packed_seq_params(mb),
                 )
                 loss = (out[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
                 loss.backward()

@@ -3,7 +3,8 @@
 Planning runs in torch DataLoader worker processes: worker w of W plans and collates global
 batches start+w, start+w+W, ... and torch hands their results back round-robin, so batch b+1
 is planned (the paper's asynchronous CPU scheduling) while the training loop runs batch b. With
-num_workers=0 the same code runs inline and yields identical micro-batches.
+num_workers=0 the same code runs inline and yields identical micro-batches. (`fcp_exec` and its
+megatron adapter `packed_seq_params` are the training side; this module does not import them.)
 
     loader = FCPDataLoader(index_dir, cluster=cluster, cost=cost, replica=my_replica,
                            global_batch_size=256, tokenizer=tok, vision_rule="qwen2.5-vl")
@@ -13,7 +14,7 @@ num_workers=0 the same code runs inline and yields identical micro-batches.
             if not mb.is_empty:                     # an empty wave is a no-op
                 mb = mb.to(device)
                 loss = (model(mb.tokens, mb.position_ids, labels=mb.labels,
-                              packed_seq_params=mb.packed_seq_params()) * mb.loss_mask).sum()
+                              packed_seq_params=packed_seq_params(mb)) * mb.loss_mask).sum()
                 (loss / mb.global_num_loss_tokens).backward()   # exact per-token mean
                 # (under a SUM gradient all-reduce; DDP averages, so scale by num_replicas)
         if mb.is_last_wave:
