@@ -127,23 +127,23 @@ class BatchBuilder:
         t1 = time.perf_counter()
         mbs: list[MicroBatch] = []
         for w in range(plan.num_waves):
-            rp = plan.for_replica(self.replica, w)
-            rings = tuple(g.replicas for g in plan.waves[w].groups)
-            if rp.is_empty:
+            rank_plan = plan.for_replica(self.replica, w)
+            wave_groups = tuple(g.replicas for g in plan.waves[w].groups)
+            if rank_plan.is_empty:
                 mbs.append(
                     MicroBatch.empty(
-                        rp,
+                        rank_plan,
                         global_num_loss_tokens=global_loss,
-                        wave_groups=rings,
+                        wave_groups=wave_groups,
                         epoch=epoch,
                         batch_index=batch_index,
                     )
                 )
                 continue
-            pos = tuple(int(ids[s]) for s in rp.sequence_ids)
+            pos = tuple(int(ids[s]) for s in rank_plan.sequence_ids)
             keys = tuple(str(self.source.keys[p]) for p in pos)
             encs, masked, bad = [], [], []
-            for p, k, L in zip(pos, keys, rp.seqlens):
+            for p, k, L in zip(pos, keys, rank_plan.seqlens):
                 enc, reason = self._read(p, int(L))
                 encs.append(enc)
                 masked.append(reason is not None)
@@ -151,8 +151,8 @@ class BatchBuilder:
                     bad.append((k, reason))
             packed = pack_shard(
                 [e.tokens for e in encs],
-                degree=rp.degree,
-                index=rp.index_in_group,
+                degree=rank_plan.degree,
+                index=rank_plan.index_in_group,
                 pad_id=self.pad_id,
                 masked=masked,
             )
@@ -171,11 +171,11 @@ class BatchBuilder:
             mbs.append(
                 MicroBatch.from_packed(
                     packed,
-                    rank_plan=rp,
+                    rank_plan=rank_plan,
                     sample_ids=pos,
                     keys=keys,
                     global_num_loss_tokens=global_loss,
-                    wave_groups=rings,
+                    wave_groups=wave_groups,
                     epoch=epoch,
                     batch_index=batch_index,
                     skipped=tuple(bad),
