@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .errors import FCPError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
@@ -43,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
+    except (FCPError, ValueError, FileNotFoundError) as exc:
         print(f"fcp {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

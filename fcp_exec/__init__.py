@@ -14,6 +14,7 @@ imported when first used (`fcp_exec.megatron` needs megatron-core).
 
 from fcp_exec.attention import ring_attention
 from fcp_exec.context import CPBinding, cp_context
+from fcp_exec.grads import all_reduce_gradients
 from fcp_exec.groups import CPGroupCache, ReplicaRanks
 from fcp_exec.kernels import select_kernel
 from fcp_exec.layout import ShardLayout, local_token_index
@@ -27,6 +28,7 @@ __all__ = [
     "ReplicaRanks",
     "RingComm",
     "ShardLayout",
+    "all_reduce_gradients",
     "cp_context",
     "local_token_index",
     "ring_attention",

@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from ..collate import MicroBatch
 from ..planner import Cluster, CostModel
 from ..readers.rules_base import VisionTokenRule
+from ..readers.text import as_tokenizer
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch, SampleReadError
 from .sampler import GlobalBatchSampler
@@ -104,8 +105,10 @@ class FCPDataLoader:
     (scanned once into an in-memory `fcp_data.readers.ScannedSource`). `replica` is this
     replica's index in [0, cluster.num_replicas); every replica builds its own loader with the
     same arguments but its replica index, and all of them agree on every plan (MicroBatch.digest).
-    `tokenizer` turns text into ids and must be the one the index was counted with (its `spec`
-    is checked against the index header, as is `vision_rule`).
+    `tokenizer` turns text into ids and must be the one the index was counted with: a
+    `tokenizers.Tokenizer`, a transformers tokenizer, a local tokenizer.json or directory, or a
+    callable str -> ids (see readers.text.as_tokenizer). Its `spec` is checked against the index
+    header (IndexMismatchError naming both), as is `vision_rule`.
     """
 
     def __init__(
@@ -119,7 +122,7 @@ class FCPDataLoader:
         seed: int = 0,
         num_workers: int = 2,
         prefetch_factor: int = 2,
-        tokenizer: Tokenizer | None = None,
+        tokenizer: Tokenizer | Any = None,
         vision_rule: VisionTokenRule | str | None = None,
         strategy: str = "fcp",
         options: LoaderOptions | None = None,
@@ -134,6 +137,7 @@ class FCPDataLoader:
             raise ValueError(
                 f"num_workers={num_workers} must be >= 0 and prefetch_factor={prefetch_factor} >= 1"
             )
+        tokenizer = None if tokenizer is None else as_tokenizer(tokenizer)  # ids + spec
         self.source = src = open_source(source, tokenizer=tokenizer, vision_rule=vision_rule)
         self.source_skipped = source_skipped(src)
         if self.source_skipped:

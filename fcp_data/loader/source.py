@@ -24,7 +24,7 @@ from ..readers.rules_base import VisionTokenRule
 from ..readers.sample_source import SampleSource
 from ..readers.scan import ScanConfig
 from ..readers.scanned import ScannedSource
-from ..readers.text import CallableCounter, TokenCounter
+from ..readers.text import TokenCounter, Tokenizer, as_counter
 
 __all__ = ["check_source_matches", "open_source", "resolve_rule", "source_skipped"]
 
@@ -54,15 +54,8 @@ def _is_index(path: str | os.PathLike[str]) -> bool:
 
 
 def _counter(tokenizer: object) -> TokenCounter | None:
-    """The scan's text counter for the loader's tokenizer (its `spec`, if any, names it)."""
-    if tokenizer is None or isinstance(tokenizer, TokenCounter):
-        return tokenizer
-    if not callable(tokenizer):
-        raise ConfigError(
-            f"tokenizer={tokenizer!r} is not callable: pass a function text -> ids or a "
-            "fcp_data.readers TokenCounter"
-        )
-    return CallableCounter(tokenizer, spec=getattr(tokenizer, "spec", ""))
+    """The scan's text counter for the loader's tokenizer (its `spec` names it)."""
+    return None if tokenizer is None else as_counter(tokenizer)
 
 
 def open_source(
@@ -121,8 +114,9 @@ def _tokenizer_spec(tokenizer: object) -> str | None:
     """What names a tokenizer in a source header: a spec string, or the tokenizer's `spec`."""
     if isinstance(tokenizer, str):
         return tokenizer
-    spec = getattr(tokenizer, "spec", None)
-    return spec if isinstance(spec, str) and spec else None
+    if isinstance(tokenizer, (Tokenizer, TokenCounter)):
+        return tokenizer.spec or None
+    return None
 
 
 def check_source_matches(source: SampleSource, tokenizer: object, vision_rule: RuleArg) -> None:

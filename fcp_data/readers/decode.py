@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
+from .optional import require
 from .rules_base import VisionTokenRule, VisionTokens
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ __all__ = ["decode_frames", "decode_index_video", "decode_sample_video", "groups
 
 
 def _pyav_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
-    import av
+    av = require("av", "decoding video frames with PyAV")
 
     wanted = sorted(set(indices))
     got: dict[int, np.ndarray] = {}
@@ -43,7 +44,7 @@ def _pyav_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
 
 
 def _decord_frames(data: bytes, indices: Sequence[int]) -> list[np.ndarray]:
-    import decord
+    decord = require("decord", "decoding video frames with decord")
 
     vr = decord.VideoReader(io.BytesIO(data))
     n = len(vr)

@@ -5,11 +5,14 @@ decode, a sidecar with 0 fps, empty text). With `on_error="skip"` each is record
 (shard, key, reason) and the scan goes on; with "raise" the first one raises `SampleError`.
 Either way `max_consecutive_failures` bad samples in a row raise `TooManyFailures`: a shard
 directory full of corrupt files must not look like a small dataset (Megatron-Energon's
-failure_tolerance plays the same role, default 100).
+failure_tolerance plays the same role, default 100). Sooner still, when the first
+`SAME_ERROR_HEAD` (8) samples all fail with the same reason (numbers aside), the scan stops:
+that is a configuration problem (a missing package, a wrong text field), not 8 bad samples.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,7 +20,16 @@ import msgspec
 
 from ..errors import ConfigError, DataError, SampleError
 
-__all__ = ["ErrorPolicy", "FailureLog", "SampleError", "SkippedSample", "TooManyFailures"]
+__all__ = [
+    "SAME_ERROR_HEAD",
+    "ErrorPolicy",
+    "FailureLog",
+    "SampleError",
+    "SkippedSample",
+    "TooManyFailures",
+]
+
+SAME_ERROR_HEAD = 8
 
 
 class TooManyFailures(DataError):
@@ -53,9 +65,11 @@ class FailureLog:
     policy: ErrorPolicy
     skipped: list[SkippedSample] = field(default_factory=list)
     consecutive: int = 0
+    seen_ok: bool = False
 
     def ok(self) -> None:
         self.consecutive = 0
+        self.seen_ok = True
 
     def fail(self, shard: str, key: str, reason: str) -> None:
         """Record a bad sample; raise per policy or when the consecutive fuse blows."""
@@ -63,6 +77,15 @@ class FailureLog:
             raise SampleError(shard, key, reason)
         self.skipped.append(SkippedSample(shard, key, reason))
         self.consecutive += 1
+        if not self.seen_ok and self.consecutive == SAME_ERROR_HEAD:
+            reasons = {re.sub(r"\d+", "#", s.reason) for s in self.skipped[-SAME_ERROR_HEAD:]}
+            if len(reasons) == 1:
+                raise TooManyFailures(
+                    f"the first {SAME_ERROR_HEAD} samples all failed with the same error "
+                    f"(last: {shard}: {key!r}: {reason}); this is a configuration problem, not "
+                    "bad data: fix the setup (a missing package, a wrong text field) or remove "
+                    "these samples from the shards"
+                )
         if self.consecutive >= self.policy.max_consecutive_failures:
             raise TooManyFailures(
                 f"{self.consecutive} consecutive bad samples (last: {shard}: {key!r}: {reason}); "

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from .optional import require
+
 __all__ = [
     "VideoMeta",
     "decode_json_object",
@@ -115,8 +117,7 @@ def image_size(data: bytes) -> tuple[int, int]:
                 return im.height, im.width
         except (UnidentifiedImageError, OSError) as exc:
             raise ValueError(f"image does not decode ({exc})") from exc
-    import av
-
+    av = require("av", "reading an image's size without Pillow (PyAV)")
     try:
         with av.open(io.BytesIO(data)) as container:
             frame = next(container.decode(video=0))

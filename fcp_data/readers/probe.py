@@ -15,8 +15,9 @@ import multiprocessing as mp
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
-from ..errors import DataError
+from ..errors import DataError, MissingDependencyError
 from .media_meta import VideoMeta, video_meta_from_fields
+from .optional import require
 
 __all__ = ["BACKENDS", "ProbeTimeout", "Prober", "probe_fields"]
 
@@ -29,7 +30,7 @@ class ProbeTimeout(DataError, TimeoutError):
 
 
 def _pyav_fields(data: bytes) -> dict[str, Any]:
-    import av
+    av = require("av", "probing a video without a .json sidecar (PyAV)")
 
     with av.open(io.BytesIO(data)) as container:
         if not container.streams.video:
@@ -55,7 +56,7 @@ def _pyav_fields(data: bytes) -> dict[str, Any]:
 
 
 def _decord_fields(data: bytes) -> dict[str, Any]:
-    import decord
+    decord = require("decord", "probing a video with decord")
 
     vr = decord.VideoReader(io.BytesIO(data))
     frames, fps = len(vr), float(vr.get_avg_fps())
@@ -75,7 +76,7 @@ def probe_fields(data: bytes, backend: Backend) -> tuple[str, dict[str, Any]]:
     if backend in ("decord", "auto"):
         try:
             return "decord", _decord_fields(data)
-        except ImportError:
+        except MissingDependencyError:
             if backend == "decord":
                 raise
         except Exception as exc:  # decord raises its own DECORDError and RuntimeErrors
@@ -99,6 +100,8 @@ def _serve(conn: Connection) -> None:
         backend, data = request
         try:
             conn.send(("ok", *probe_fields(data, backend)))
+        except MissingDependencyError as exc:  # a configuration error: the caller stops
+            conn.send(("missing", backend, str(exc)))
         except Exception as exc:
             conn.send(("err", backend, f"{type(exc).__name__}: {exc}"))
 
@@ -143,6 +146,8 @@ class Prober:
             raise ValueError(
                 "video probe process died (decoder crash); video is unreadable"
             ) from exc
+        if status == "missing":
+            raise MissingDependencyError(payload)
         if status != "ok":
             raise ValueError(f"video does not decode ({used}: {payload})")
         return video_meta_from_fields(payload, source=used)

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..errors import MissingDependencyError
 from .errors import ErrorPolicy, FailureLog
 from .media_meta import VideoMeta, decode_json_object, image_size, video_meta_from_fields
 from .probe import BACKENDS, Prober, ProbeTimeout
@@ -146,6 +147,8 @@ class Scanner:
                 continue
             try:
                 record = self.record(url, raw)
+            except MissingDependencyError:
+                raise  # a configuration error (PyAV, tokenizers missing): not a bad sample
             except (ValueError, ProbeTimeout) as exc:
                 self.log.fail(url, raw.key, str(exc))
                 continue

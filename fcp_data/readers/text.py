@@ -1,43 +1,70 @@
-"""Text token counting: exact with a tokenizer, or a calibrated bytes-per-token ratio.
+"""Text tokens: counting them for the index, turning text into ids for the loader.
 
 The planner needs a length per sample before tokenization happens in the collator, so counting
-must be cheap. Three counters:
+must be cheap. Counters (`as_counter`, `load_counter`):
 
-* `RatioCounter`: ceil(utf-8 bytes / ratio). `DEFAULT_BYTES_PER_TOKEN = 4.0` is the commonly
-  quoted rule of thumb for English under GPT/Llama-style BPE (OpenAI's tokenizer help page: "one
-  token generally corresponds to ~4 characters of common English text"). It was NOT measured
-  here (no BPE tokenizer ships with fcp's dependencies); code usually tokenizes denser (roughly
-  3-3.5 bytes/token under Llama-family vocabularies), so for a real run measure your corpus with
-  `calibrate_ratio(texts, tokenizer)` and pass `bytes:R`: a 10% bias in the ratio moves every
-  memory estimate the planner makes by 10%.
+* `RatioCounter`: ceil(utf-8 bytes / ratio). The default `bytes:4` is an ESTIMATE, not a count:
+  4 bytes per token is the commonly quoted rule of thumb for English under GPT/Llama-style BPE
+  (OpenAI's tokenizer help page: "one token generally corresponds to ~4 characters of common
+  English text"). Code usually tokenizes denser (roughly 3-3.5 bytes/token under Llama-family
+  vocabularies), and a 10% bias in the ratio moves every memory estimate the planner makes by
+  10%. Index with the real tokenizer, or measure your corpus with `calibrate_ratio`.
+* any `Tokenizer` (below): the exact count, len(ids).
 * `CallableCounter`: any callable str -> sequence of ids (len of the result) or -> int.
-* a Hugging Face `tokenizers.Tokenizer` loaded from tokenizer.json when that package is
-  installed (`load_counter("hf:PATH")`).
 
-Counters are plain picklable objects so that process-pool workers can use them; a spec string
-(`load_counter`) is what the CLI and index header record.
+Tokenizers (`as_tokenizer`): an HF `tokenizers.Tokenizer`, a transformers tokenizer
+(`PreTrainedTokenizerBase`, fast or slow), a local tokenizer.json or a directory holding
+tokenizer files, or any callable str -> ids. Ids never include special tokens (no BOS/EOS):
+the index's `special_tokens` and the loader's `eod_id` add those. Every tokenizer has a `spec`
+that the index header records and the loader checks; for HF tokenizers it is a content hash of
+what decides the ids (tokenizer.json's normalizer, pre-tokenizer, model and added tokens, or a
+slow tokenizer's vocabulary), so the same tokenizer loaded from a file, wrapped by transformers
+or copied elsewhere has one identity, and a retrained one has another.
+
+Counters and tokenizers are plain picklable objects so that process-pool and DataLoader workers
+can use them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import ConfigError, MissingDependencyError
+from .optional import require
 
 __all__ = [
     "DEFAULT_BYTES_PER_TOKEN",
     "CallableCounter",
-    "HFTokenizerCounter",
     "RatioCounter",
     "TokenCounter",
+    "Tokenizer",
     "as_counter",
+    "as_tokenizer",
     "calibrate_ratio",
     "load_counter",
 ]
 
 DEFAULT_BYTES_PER_TOKEN = 4.0
+_ID_KEYS = ("normalizer", "pre_tokenizer", "model", "added_tokens")  # what decides the ids
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """text -> token ids (no special tokens); `spec` names it in an index header."""
+
+    spec: str
+
+    def __call__(self, text: str) -> Sequence[int]: ...
 
 
 class TokenCounter:
@@ -54,13 +81,13 @@ class TokenCounter:
 
 @dataclass(frozen=True, slots=True)
 class RatioCounter(TokenCounter):
-    """ceil(len(text.encode()) / bytes_per_token); 0 only for empty text."""
+    """ceil(len(text.encode()) / bytes_per_token); 0 only for empty text. An estimate."""
 
     bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN
 
     def __post_init__(self) -> None:
         if not self.bytes_per_token > 0:
-            raise ValueError(f"bytes_per_token={self.bytes_per_token} must be > 0 (e.g. 4.0)")
+            raise ConfigError(f"bytes_per_token={self.bytes_per_token} must be > 0 (e.g. 4.0)")
 
     @property
     def spec(self) -> str:  # type: ignore[override]
@@ -75,81 +102,157 @@ class CallableCounter(TokenCounter):
 
     def __init__(self, fn: Callable[[str], Sequence[int] | int], spec: str = "") -> None:
         self.fn = fn
-        self.spec = (
-            spec
-            or f"callable:{getattr(fn, '__module__', '?')}:"
-            f"{getattr(fn, '__qualname__', type(fn).__name__)}"
-        )
+        self.spec = spec or getattr(fn, "spec", "") or _callable_spec(fn)
 
     def count(self, text: str) -> int:
         out = self.fn(text)
-        return int(out) if isinstance(out, int) else len(out)
+        return int(out) if isinstance(out, (int, np.integer)) else len(out)
 
 
-class HFTokenizerCounter(TokenCounter):
-    """A `tokenizers.Tokenizer` from a tokenizer.json path; loads lazily, pickles as its path."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.spec = f"hf:{path}"
-        self._tok: Any = None
-
-    def __getstate__(self) -> dict[str, str]:
-        return {"path": self.path}
-
-    def __setstate__(self, state: dict[str, str]) -> None:
-        self.__init__(state["path"])  # type: ignore[misc]
-
-    def count(self, text: str) -> int:
-        if self._tok is None:
-            try:
-                from tokenizers import Tokenizer
-            except ImportError as exc:
-                raise ValueError(
-                    f"tokenizer spec {self.spec!r} needs the `tokenizers` package; "
-                    "`pip install tokenizers` or use --tokenizer bytes:4"
-                ) from exc
-            self._tok = Tokenizer.from_file(self.path)
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
+def _callable_spec(fn: object) -> str:
+    name = getattr(fn, "__qualname__", type(fn).__qualname__)
+    return f"callable:{getattr(fn, '__module__', type(fn).__module__)}:{name}"
 
 
-class _EncodeCounter(TokenCounter):
-    """An object with `.encode(text)` returning ids or an Encoding with `.ids` (HF Tokenizer)."""
+def _digest(obj: object) -> str:
+    raw = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:16]
+
+
+class HFTokenizer:
+    """A `tokenizers.Tokenizer`: ids of `encode(text, add_special_tokens=False)`."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        self.spec = f"object:{type(tokenizer).__module__}.{type(tokenizer).__qualname__}"
+        body = json.loads(tokenizer.to_str())
+        self.spec = f"hf:sha256={_digest({k: body.get(k) for k in _ID_KEYS})}"
 
-    def count(self, text: str) -> int:
+    def __call__(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, np.int64)
+
+
+class TransformersTokenizer:
+    """A transformers tokenizer: a fast one runs its `tokenizers` backend (same ids, same
+    spec as that backend), a slow one `encode(text, add_special_tokens=False)`."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self.fast = HFTokenizer(backend) if backend is not None else None
+        self.tokenizer = None if backend is not None else tokenizer
+        if self.fast is not None:
+            self.spec = self.fast.spec
+        else:
+            vocab = sorted(tokenizer.get_vocab().items())
+            self.spec = f"hf:sha256={_digest([type(tokenizer).__qualname__, vocab])}"
+
+    def __call__(self, text: str) -> np.ndarray:
+        if self.fast is not None:
+            return self.fast(text)
+        return np.asarray(self.tokenizer.encode(text, add_special_tokens=False), np.int64)
+
+
+class _EncodeTokenizer:
+    """An object with `.encode(text)` returning ids or an Encoding with `.ids`."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.spec = getattr(tokenizer, "spec", "") or f"object:{_callable_spec(tokenizer)[9:]}"
+
+    def __call__(self, text: str) -> np.ndarray:
         try:
             out = self.tokenizer.encode(text, add_special_tokens=False)
         except TypeError:  # encode() without that keyword
             out = self.tokenizer.encode(text)
-        return len(getattr(out, "ids", out))
+        return np.asarray(getattr(out, "ids", out), np.int64)
+
+
+class _CallableTokenizer:
+    def __init__(self, fn: Callable[[str], Sequence[int]]) -> None:
+        self.fn = fn
+        self.spec = getattr(fn, "spec", "") or _callable_spec(fn)
+
+    def __call__(self, text: str) -> Sequence[int]:
+        return self.fn(text)
+
+
+def _instance_of(obj: object, module: str, name: str) -> bool:
+    """isinstance against a class of an optional package, without importing the package (an
+    object of that class exists only if its module was imported already)."""
+    mod = sys.modules.get(module)
+    try:  # transformers resolves attributes lazily: that import may fail in a broken install
+        cls = getattr(mod, name, None) if mod is not None else None
+    except (ImportError, RuntimeError):
+        return False
+    return isinstance(cls, type) and isinstance(obj, cls)
+
+
+def _load_path(path: Path) -> Tokenizer:
+    """A local tokenizer.json, or a directory with tokenizer.json or transformers files."""
+    if not path.exists():
+        raise ConfigError(
+            f"tokenizer {str(path)!r} does not exist; pass a local tokenizer.json, a directory "
+            "with tokenizer files, bytes:R or py:module:callable"
+        )
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if file.is_file():
+        hf = require("tokenizers", f"the tokenizer {str(path)!r}")
+        try:
+            return HFTokenizer(hf.Tokenizer.from_file(str(file)))
+        except Exception as exc:  # the Rust loader raises a bare Exception on a bad file
+            raise ConfigError(f"{file} is not a tokenizers JSON file: {exc}") from exc
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{path} has no tokenizer.json; loading its tokenizer files needs `transformers`: "
+            "pip install transformers"
+        ) from exc
+    return TransformersTokenizer(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
+
+
+def as_tokenizer(obj: Any) -> Tokenizer:
+    """A Tokenizer (ids + spec) from a tokenizers.Tokenizer, a transformers tokenizer, a local
+    path (tokenizer.json or a directory), "hf:PATH", an object with `.encode`, or a callable."""
+    if isinstance(obj, (HFTokenizer, TransformersTokenizer, _EncodeTokenizer, _CallableTokenizer)):
+        return obj
+    if isinstance(obj, (str, Path)):
+        text = str(obj)
+        return _load_path(Path(text[3:] if text.startswith("hf:") else text))
+    if _instance_of(obj, "tokenizers", "Tokenizer"):
+        return HFTokenizer(obj)
+    if _instance_of(obj, "transformers", "PreTrainedTokenizerBase"):
+        return TransformersTokenizer(obj)  # before callable(): tok(text) returns a dict
+    if hasattr(obj, "encode") and not callable(obj):
+        return _EncodeTokenizer(obj)
+    if callable(obj):
+        return _CallableTokenizer(obj)
+    raise ConfigError(
+        f"cannot tokenize with a {type(obj).__name__}; pass a tokenizers.Tokenizer, a "
+        "transformers tokenizer, a tokenizer.json path or a callable str -> ids"
+    )
 
 
 def as_counter(obj: Any) -> TokenCounter:
-    """A TokenCounter from a spec string, a TokenCounter, an object with `.encode` (a HF
-    `tokenizers.Tokenizer` or `transformers` tokenizer) or a callable str -> ids / int."""
+    """A TokenCounter from a spec string, a TokenCounter, a tokenizer (see `as_tokenizer`) or a
+    callable str -> ids / int."""
     if obj is None or isinstance(obj, str):
         return load_counter(obj)
     if isinstance(obj, TokenCounter):
         return obj
-    if hasattr(obj, "encode") and not callable(obj):
-        return _EncodeCounter(obj)
-    if callable(obj):
+    if callable(obj) and not _instance_of(obj, "transformers", "PreTrainedTokenizerBase"):
         return CallableCounter(obj)
-    raise ValueError(
-        f"cannot count tokens with {type(obj).__name__}; pass a spec string "
-        "(bytes:4, hf:PATH), a tokenizer with .encode, or a callable"
-    )
+    try:
+        return CallableCounter(as_tokenizer(obj))
+    except ConfigError:
+        raise ConfigError(
+            f"cannot count tokens with a {type(obj).__name__}; pass a spec string (bytes:4, a "
+            "tokenizer.json path), a tokenizer or a callable"
+        ) from None
 
 
 def load_counter(spec: str | None) -> TokenCounter:
-    """Counter from a spec: None or "bytes:R", "hf:PATH/tokenizer.json", "py:module:attr".
-
-    "py:module:attr" imports a callable (str -> ids or int), e.g. a factory-made tokenizer.
-    """
+    """Counter from a spec: None or "bytes:R", a local tokenizer.json or tokenizer directory
+    (optionally "hf:PATH"), or "py:module:attr" (a callable str -> ids or int)."""
     if spec is None or spec == "":
         return RatioCounter()
     kind, _, rest = spec.partition(":")
@@ -157,20 +260,21 @@ def load_counter(spec: str | None) -> TokenCounter:
         try:
             return RatioCounter(float(rest))
         except ValueError as exc:
-            raise ValueError(
+            raise ConfigError(
                 f"tokenizer spec {spec!r}: ratio must be a number, e.g. bytes:4"
             ) from exc
-    if kind == "hf":
-        return HFTokenizerCounter(rest)
     if kind == "py":
         module, _, attr = rest.partition(":")
         try:
             fn = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
-            raise ValueError(f"tokenizer spec {spec!r}: cannot import {module}:{attr}") from exc
+            raise ConfigError(f"tokenizer spec {spec!r}: cannot import {module}:{attr}") from exc
         return CallableCounter(fn, spec=spec)
-    raise ValueError(
-        f"tokenizer spec {spec!r} not understood; use bytes:R, hf:PATH or py:module:attr"
+    if kind == "hf" or Path(spec).exists():
+        return CallableCounter(as_tokenizer(spec))
+    raise ConfigError(
+        f"tokenizer spec {spec!r} not understood; use bytes:R, a local tokenizer.json or "
+        "tokenizer directory, hf:PATH or py:module:callable"
     )
 
 
@@ -181,5 +285,5 @@ def calibrate_ratio(texts: Iterable[str], tokenize: Callable[[str], Sequence[int
         nbytes += len(t.encode("utf-8"))
         ntok += len(tokenize(t))
     if ntok == 0:
-        raise ValueError("calibration texts produced no tokens; pass non-empty texts")
+        raise ConfigError("calibration texts produced no tokens; pass non-empty texts")
     return nbytes / ntok
