@@ -21,6 +21,8 @@ HEAVY = ("megatron", "transformers")
 OPTIONAL: dict[str, tuple[str, ...]] = {
     # strategy="megatron-hybrid" runs megatron-core's own BalancedCPScheduler as a baseline
     "fcp_data.planner.baselines": ("megatron",),
+    # a tokenizer directory without tokenizer.json is loaded with transformers' AutoTokenizer
+    "fcp_data.readers.text": ("transformers",),
 }
 # Tools that measure the training side, not the input side: the profiler times fcp_exec's
 # attention kernel and its process launcher. Listed exactly, so that a new edge or a fixed one
