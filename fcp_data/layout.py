@@ -13,8 +13,11 @@ padded to 24 and each member holds 12. The rule is the same for every degree, d 
 and for full-attention sequences (their work is balanced by any split, but megatron-core slices
 every sequence of a pack the same way).
 
-Functions are plain integer arithmetic: they take ints or numpy integer arrays alike, and
-numba compiles them unchanged for the planner's kernels.
+Functions are plain integer arithmetic on lengths >= 0 (ceil(a / b) written (a + b - 1) // b,
+which numba compiles to one unsigned-style division): they take ints or numpy integer arrays
+alike, and numba compiles them unchanged for the planner's kernels. numba's on-disk cache
+tracks each kernel's own file only: after editing this module, delete the `*.nbi` / `*.nbc`
+files under `fcp_data/planner` so the kernels that inline these functions are recompiled.
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ def num_chunks(degree: int) -> int:
 def padded_length(seqlen: int, degree: int) -> int:
     """L padded to a multiple of 2d (of 2 at d = 1): 21 -> 22 at d = 1, 24 at d = 2 or 3."""
     chunks = CHUNKS_PER_MEMBER * degree
-    return -(-seqlen // chunks) * chunks
+    return (seqlen + chunks - 1) // chunks * chunks
 
 
 def chunk_length(seqlen: int, degree: int) -> int:
     """Tokens per chunk (padding included): padded_length / 2d."""
-    return -(-seqlen // (CHUNKS_PER_MEMBER * degree))
+    chunks = CHUNKS_PER_MEMBER * degree
+    return (seqlen + chunks - 1) // chunks
 
 
 def shard_tokens(seqlen: int, degree: int) -> int:
@@ -55,7 +59,8 @@ def shard_tokens(seqlen: int, degree: int) -> int:
     Summed over a group's sequences this is the memory each member needs, in tokens; the
     planner checks it against the replica's capacity and the collator allocates exactly it.
     """
-    return -(-seqlen // (CHUNKS_PER_MEMBER * degree)) * CHUNKS_PER_MEMBER
+    chunks = CHUNKS_PER_MEMBER * degree
+    return (seqlen + chunks - 1) // chunks * CHUNKS_PER_MEMBER
 
 
 def min_degree(seqlen: int, capacity: int) -> int:
@@ -68,7 +73,8 @@ def min_degree(seqlen: int, capacity: int) -> int:
     chunk_capacity = capacity // CHUNKS_PER_MEMBER
     if chunk_capacity < 1:
         return 0 * seqlen
-    return -(-seqlen // (CHUNKS_PER_MEMBER * chunk_capacity))
+    most = CHUNKS_PER_MEMBER * chunk_capacity  # tokens of one sequence a degree-1 member holds
+    return (seqlen + most - 1) // most
 
 
 def chunk_ids(degree: int, index: int) -> tuple[int, int]:
