@@ -3,6 +3,11 @@
 Each module there defines `register(subparsers)` that adds its parser and sets `func` (a
 callable taking the parsed args and returning an exit code). Modules are discovered when `main`
 runs, not at import.
+
+Errors: a deliberate error (`fcp_data.errors.FCPError`) and the builtin errors that bad
+arguments raise (ValueError, a missing or unreadable file) print as one line,
+`fcp COMMAND: error: MESSAGE`, with exit status 2, the status argparse uses for a bad flag.
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +18,23 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-__all__ = ["build_parser", "main"]
+from .errors import FCPError
+
+__all__ = ["USAGE_ERRORS", "build_parser", "main", "one_line"]
+
+# what bad input raises: our errors, and the builtins of bad values and missing / unreadable files
+USAGE_ERRORS: tuple[type[BaseException], ...] = (FCPError, ValueError, OSError)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fcp")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+        from . import __version__
+
+        return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
             "data. Run `fcp COMMAND --help` for each command."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"fcp {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
         if info.name.startswith("_"):
@@ -35,9 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from .errors import FCPError
+def one_line(exc: BaseException) -> str:
+    """The message of `exc` on one line (its lines joined by "; ")."""
+    parts = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return "; ".join(parts) or type(exc).__name__
 
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
@@ -45,9 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (FCPError, ValueError, FileNotFoundError) as exc:
-        print(f"fcp {args.command}: error: {exc}", file=sys.stderr)
+    except USAGE_ERRORS as exc:
+        print(f"fcp {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"fcp {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

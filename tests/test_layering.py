@@ -24,13 +24,6 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     # a tokenizer directory without tokenizer.json is loaded with transformers' AutoTokenizer
     "fcp_data.readers.text": ("transformers",),
 }
-# Tools that measure the training side, not the input side: the profiler times fcp_exec's
-# attention kernel and its process launcher. Listed exactly, so that a new edge or a fixed one
-# both fail this test.
-TOOLS_THAT_RUN_THE_TRAINING_SIDE: dict[str, tuple[str, ...]] = {
-    "fcp_data.profiling.p2p": ("fcp_exec.launch",),
-    "fcp_data.profiling.timing": ("fcp_exec",),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +89,7 @@ def layering_violations(root: Path) -> list[str]:
     for path in sorted(root.rglob("*.py")):
         for edge in imports_of(path, root):
             where = f"{path}:{edge.line} ({edge.module} imports {edge.target})"
-            tools = TOOLS_THAT_RUN_THE_TRAINING_SIDE.get(edge.module, ())
-            if any(_is_under(edge.target, p) for p in FORBIDDEN) and edge.target not in tools:
+            if any(_is_under(edge.target, p) for p in FORBIDDEN):
                 bad.append(f"training side: {where}")
             for heavy in HEAVY:
                 if not _is_under(edge.target, heavy):
@@ -115,19 +107,6 @@ def _package_root() -> Path:
 
 def test_fcp_data_never_imports_fcp_exec_nor_megatron_outside_adapters() -> None:
     assert layering_violations(_package_root()) == []
-
-
-def test_the_tool_exceptions_are_exact() -> None:
-    """Each listed tool edge exists (a fixed one must leave the list): no stale exceptions."""
-    root = _package_root()
-    seen = {
-        (e.module, e.target)
-        for p in root.rglob("*.py")
-        for e in imports_of(p, root)
-        if any(_is_under(e.target, f) for f in FORBIDDEN)
-    }
-    listed = {(m, t) for m, ts in TOOLS_THAT_RUN_THE_TRAINING_SIDE.items() for t in ts}
-    assert seen == listed
 
 
 def test_the_walk_finds_planted_edges(tmp_path: Path) -> None:

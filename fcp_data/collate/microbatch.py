@@ -50,7 +50,34 @@ class VisionInput:
 
 @dataclass(kw_only=True, slots=True)
 class MicroBatch:
-    """One replica's zigzag-sharded THD micro-batch of one wave (see fcp_data.collate.pack)."""
+    """One replica's zigzag-sharded THD micro-batch of one wave (see fcp_data.collate.pack).
+
+    Vision payload (None on text-only loaders; set when the loader has `LoaderOptions.vision`;
+    full contract in docs/vision-payload.md). T = tokens.numel(), positions are local indices
+    into `tokens`:
+
+    * `mrope_position_ids` int64 [3, T] (Qwen families; None for InternVL, which uses the 1-D
+      `position_ids`): M-RoPE (temporal, height, width) ids computed on each whole sample and
+      sliced to this replica; `position_ids` stays the 1-D text row (global position inside
+      the sequence) that `cu_seqlens` describe. Never re-slice either by CP rank.
+    * `pixel_values` float32, normalised as the family's processor does. Qwen: [P, C*2*p*p]
+      rows (1176 for p = 14, 1536 for p = 16) in the processor's order: per run, per unit
+      (tubelet) in time order, merged-h, merged-w, then the 2x2 window; columns channel,
+      frame, patch-y, patch-x. InternVL: [N, 3, 448, 448] tiles / frames.
+    * `grid_thw` int64 [R, 3]: one row per run of consecutive units of one image or video
+      held here: (units, grid_h, grid_w) in patches (InternVL: (units, 32, 32)). Encode
+      `pixel_values` with it as transformers' `visual(pixel_values, grid_thw)` takes it; the
+      encoder returns sum(t*h*w/4) merged rows in run order.
+    * `vision_runs` int64 [R, 4]: (sequence index in this micro-batch, kind 1 image / 2 video,
+      first unit in the media, unit count) of each run.
+    * `vision_scatter` int64 [M] with M = sum over runs of t*h*w/4: merged encoder row i goes
+      to local token position `vision_scatter[i]`, or is dropped when -1 (a unit cut by a
+      chunk edge is encoded whole by both owners; each keeps only its own tokens). Kept
+      positions are distinct and are exactly the placeholder tokens of this replica:
+      `(vision_scatter >= 0).sum()` equals the number of pad tokens in `tokens`.
+    * `vision_units` / `vision_partial_units`: units encoded here / of them cut by an edge
+      (the duplicated encoder work, for metrics).
+    """
 
     tokens: torch.Tensor
     labels: torch.Tensor
@@ -74,6 +101,13 @@ class MicroBatch:
     vision: tuple[VisionInput, ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()
     """(key, reason) of samples of this group that failed to read: masked out of the loss."""
+    mrope_position_ids: torch.Tensor | None = None
+    pixel_values: torch.Tensor | None = None
+    grid_thw: torch.Tensor | None = None
+    vision_runs: torch.Tensor | None = None
+    vision_scatter: torch.Tensor | None = None
+    vision_units: int = 0
+    vision_partial_units: int = 0
 
     # ---- views -------------------------------------------------------------------------
     @property
@@ -116,7 +150,10 @@ class MicroBatch:
         batch_index: int = 0,
         vision: tuple[VisionInput, ...] = (),
         skipped: tuple[tuple[str, str], ...] = (),
+        payload: dict[str, Any] | None = None,
     ) -> MicroBatch:
+        """`payload`: the vision fields (fcp_data.vision.payload.build_payload), if any."""
+
         def t(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(a))
 
@@ -141,6 +178,7 @@ class MicroBatch:
             batch_index=batch_index,
             vision=vision,
             skipped=skipped,
+            **(payload or {}),
         )
 
     @classmethod

@@ -68,11 +68,14 @@ def pack_shard(
     pad_id: int = 0,
     ignore_index: int = IGNORE_INDEX,
     masked: Sequence[bool] | None = None,
+    targets: Sequence[np.ndarray | None] | None = None,
 ) -> PackedShard:
     """Pad, label, zigzag-shard and concatenate a CP group's sequences for replica `index`.
 
     `masked[k]` takes sequence k out of the loss entirely (a sample that failed to read and
-    stands in as padding so the plan's shapes still hold).
+    stands in as padding so the plan's shapes still hold). `targets[k]` (bool per token, or
+    None for all) says which tokens may be predicted: label t is kept only when token t+1 is a
+    target, so vision placeholders and template tokens can be left out of the loss.
     """
     n = len(sequences)
     lens = np.array([len(s) for s in sequences], dtype=np.int64)
@@ -95,6 +98,9 @@ def pack_shard(
         L, P, o = int(lens[k]), int(plens[k]), int(offs[k])
         seq = np.asarray(seq)
         keep_loss = masked is None or not masked[k]
+        tg = None if targets is None else targets[k]
+        if tg is not None and len(tg) != L:
+            raise ValueError(f"targets of sequence {k} have {len(tg)} flags for {L} tokens")
         for a0, a1 in chunk_bounds(P, degree, index):
             w = a1 - a0
             positions[o : o + w] = np.arange(a0, a1)
@@ -105,6 +111,10 @@ def pack_shard(
             labels[o : o + q] = seq[a0 + 1 : a0 + 1 + q]
             labels[o + q : o + w] = ignore_index
             loss_mask[o : o + q] = 1.0
+            if tg is not None and q:
+                drop = ~np.asarray(tg[a0 + 1 : a0 + 1 + q], dtype=bool)
+                labels[o : o + q][drop] = ignore_index
+                loss_mask[o : o + q][drop] = 0.0
             local_real[k] += r
             o += w
         held.append(positions[int(offs[k]) : int(offs[k + 1])])

@@ -3,31 +3,42 @@
 1. Planner comparison: a long-tailed GitHub-like and an extreme global batch (512 sequences,
    up to 128K tokens) for Qwen3-8B on 64 H200 replicas (8 per node, 16K tokens each), planned
    by fcp and the baselines and scored by the same cost model (simulated, nothing trained).
-2. The real pipeline on this machine: write sample WebDataset shards (stdlib source files as
-   long-tailed text, small mp4 clips), index them, plan one global batch with the measured CPU
-   profile and draw FCP beside static CP and megatron-core's hybrid CP (examples/plan_viewer.py),
-   then train a small megatron-core GPT on several gloo processes with FCPDataLoader + fcp_exec
-   (examples/train_megatron.py) and print where everything is.
+2. The real pipeline on this machine: write sample WebDataset shards (many short stdlib
+   sources and a few long ones, small mp4 clips), index them, plan one global batch with the
+   measured CPU profile and draw fcp beside static CP and megatron-core's hybrid CP.
+3. Train a small megatron-core GPT on gloo processes with FCPDataLoader + fcp_exec
+   (`python -m fcp_exec.demo`, a separate process: the data side never imports the training
+   side), then the same batches again with static CP, and print measured step times side by
+   side.
 
-About 2-4 minutes on 2 CPU cores (most of it process start-up and megatron-core imports);
---skip-train leaves out the training (~30 s then).
+About 1-1.5 minutes on 2 CPU cores after install (most of it process start-up and
+megatron-core imports); --skip-train leaves out step 3 (~25 s then). Pictures are never
+overwritten: a rerun writes plan-1.png, plan-2.png, ... beside the first.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 
+from ..errors import ExecError, MissingDependencyError
 from ..planner import Cluster, CostModel, generate_lengths
-from ..planner.compare import DEFAULT_STRATEGIES, compare_strategies
-from .simulate import print_comparison
+from ..planner.compare import DEFAULT_STRATEGIES, StrategyResult, compare_strategies
 
-__all__ = ["load_example", "register", "run"]
+__all__ = ["WHEN_EQUAL", "register", "run"]
+
+WHEN_EQUAL = (
+    "fcp equals static CP when one degree suits every sequence: short or uniform data (all "
+    "fit at d = 1), or a cluster small enough that one ring over all replicas is balanced and "
+    "its communication hides behind attention; it wins on long-tailed batches, where a fixed "
+    "degree makes the long sequences straggle or the short ones pay for rings they do not need."
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,10 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of batches and shards (default 0)")
     p.add_argument(
-        "--out",
+        "-o",
+        "--output",
         type=Path,
         default=Path("out/demo"),
-        help="where shards, index, picture and plan go (default out/demo)",
+        help="directory for shards, index, pictures and plan (default out/demo)",
     )
     p.add_argument("--skip-train", action="store_true", help="stop after the plan picture")
     p.add_argument(
@@ -53,122 +65,115 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--replicas", type=int, default=4, help="training processes, one replica each (default 4)"
     )
-    p.add_argument("--steps", type=int, default=6, help="training steps (default 6)")
+    p.add_argument("--steps", type=int, default=3, help="training steps per strategy (default 3)")
     p.set_defaults(func=run)
 
 
-def load_example(name: str) -> ModuleType:
-    """examples/<name>.py of the repository this package is installed from (editable/clone)."""
-    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} is missing: `fcp demo` runs the repository's examples; run it from a git "
-            "clone (`make demo` or `pip install -e .[all]`), or pass --skip-train"
-        )
-    key = f"fcp_examples_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-def _compare(seed: int, viewer: ModuleType, picture: Path) -> Path:
+def _compare(seed: int, picture: Path) -> Path:
     """Step 1: simulated tables, and the GitHub batch drawn by the viewer."""
-    import numpy as np
+    from ..viewer import VIEW_STRATEGIES, batch_from_lengths, draw, print_comparison
 
     cost = CostModel.from_model("qwen3-8b", "h200")
     cluster = Cluster(64, replicas_per_node=8, tokens_per_replica=16384)
     drawn = picture
-    for profile in ("github", "extreme"):
-        lens = generate_lengths(profile, 512, seed=seed)
+    for name in ("github", "extreme"):
+        lens = generate_lengths(name, 512, seed=seed)
         results = compare_strategies(lens, cluster, cost, DEFAULT_STRATEGIES)
         print_comparison(
             results,
-            f"{profile}: 512 sequences (max {int(lens.max())} tokens), "
+            f"{name}: 512 sequences (max {int(lens.max())} tokens), "
             "Qwen3-8B on 64 H200 replicas, 16K tokens each (simulated)",
         )
-        if profile == "github":
-            batch = viewer.Batch(seqlens=lens, causal=np.ones(lens.size, bool),
-                                 label=f"synthetic {profile} (simulated)")  # fmt: skip
-            keep = [r for r in results if r.strategy in viewer.VIEW_STRATEGIES]
-            drawn = viewer.draw(keep, batch, cluster, cost, picture)
+        if name == "github":
+            batch = batch_from_lengths(lens, f"synthetic {name} (simulated)")
+            keep = [r for r in results if r.strategy in VIEW_STRATEGIES]
+            drawn = draw(keep, batch, cluster, cost, picture)
     return drawn
+
+
+def _speedup(results: list[StrategyResult]) -> float:
+    by = {r.strategy: r.makespan for r in results if r.plan is not None}
+    return by.get("static", float("nan")) / by.get("fcp", float("nan"))
+
+
+def _train(args: argparse.Namespace, index: Path, report: Path) -> dict:
+    """Step 3 in a child process: fcp, then static CP on the same batches."""
+    if importlib.util.find_spec("fcp_exec") is None or importlib.util.find_spec("megatron") is None:
+        raise MissingDependencyError(
+            "training needs fcp_exec and megatron-core: pip install 'fcp[megatron]', or pass "
+            "--skip-train"
+        )
+    cmd = [sys.executable, "-m", "fcp_exec.demo", "--replicas", str(args.replicas),
+           "--steps", str(args.steps), "--index", str(index), "--seed", str(args.seed),
+           "--global-batch", "8", "--tokens-per-replica", "2048", "--max-tokens", "8192",
+           "--baseline", "static", "--report", str(report)]  # fmt: skip
+    code = subprocess.call(cmd)
+    if code:
+        raise ExecError(f"training exited with status {code}: {' '.join(cmd)}")
+    return json.loads(report.read_text())
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ..planner import Plan
-    from ..profiling import shipped_profile
     from ..readers import build_index, make_shards
+    from ..viewer import batch_from_index, summarize, view
 
     con = Console()
     t_start = time.perf_counter()
-    out: Path = args.out
-    viewer = load_example("plan_viewer")
+    out: Path = args.output
     lines: list[str] = []
     if not args.skip_compare:
         con.rule("1. planner comparison (simulated, 64 H200 replicas)")
-        sim = _compare(args.seed, viewer, out / "plan-h200-github.png")
+        sim = _compare(args.seed, out / "plan-h200-github.png")
         lines.append(f"simulated plan picture (Qwen3-8B, 64 H200): {sim.resolve()}")
     con.rule("2. the pipeline on this machine")
     t0 = time.perf_counter()
-    paths = make_shards(out / "shards", text=48, video=8, seed=args.seed, samples_per_shard=16)
+    paths = make_shards(out / "shards", text=64, video=8, seed=args.seed, samples_per_shard=24)
     index = build_index([str(p) for p in paths], out / "index")
     lens = index.seqlens
     con.print(
-        f"shards: {len(paths)} tar files in {out / 'shards'} (48 stdlib source files, 8 "
-        f"mp4 clips); index: {len(index)} samples, {int(lens.sum()):,} tokens, longest "
-        f"{int(lens.max()):,} ({time.perf_counter() - t0:.1f} s)"
+        f"shards: {len(paths)} tar files in {out / 'shards'} (64 stdlib source files, 8 mp4 "
+        f"clips); index: {len(index)} samples, {int(lens.sum()):,} tokens, median "
+        f"{int(sorted(lens)[len(lens) // 2]):,}, longest {int(lens.max()):,} "
+        f"({time.perf_counter() - t0:.1f} s)",
+        soft_wrap=True,
     )
-    profile = shipped_profile("cpu-small")
-    picture = out / "plan.png"
-    argv = ["--index", str(out / "index"), "--batch", "32", "--seed", str(args.seed),
-            "--replicas", "8", "--tokens-per-replica", "4096", "--cost", str(profile),
-            "-o", str(picture)]  # fmt: skip
-    vargs = viewer.build_parser().parse_args(argv)
-    batch = viewer.load_batch(vargs)
-    from ._common import cluster_from_args, cost_from_args
+    batch = batch_from_index(out / "index", batch_size=32, seed=args.seed)
+    cluster = Cluster(8, tokens_per_replica=4096)
+    from ..profiling import resolve_cost
 
-    cluster, cost = cluster_from_args(vargs), cost_from_args(vargs)
-    picture, results = viewer.view(batch, cluster, cost, picture)
-    viewer.summarize(results, batch, picture)
+    cost = CostModel.load(resolve_cost("cpu-small"))
+    picture, results = view(batch, cluster, cost, out / "plan.png")
+    summarize(results, batch, picture)
     fcp = next(r for r in results if r.strategy == "fcp")
     assert fcp.plan is not None
-    (out / "plan.json").write_bytes(Plan.to_json(fcp.plan))
-    lines += [f"plan picture of this machine's batch (measured CPU profile): "
-              f"{picture.resolve()}",
-             f"fcp plan (JSON, `python examples/plan_viewer.py --plan ...`): "
-             f"{(out / 'plan.json').resolve()}"]  # fmt: skip
+    plan_path = out / "plan.json"
+    plan_path.write_bytes(Plan.to_json(fcp.plan))
+    lines += [
+        f"plan picture of this machine's batch (measured CPU profile): {picture.resolve()}",
+        f"fcp plan (JSON, `fcp view --plan {plan_path}`): {plan_path.resolve()}",
+    ]
     lines += [
         f"  {r.strategy:>16}: predicted makespan {r.makespan:.3f} s ({r.ratio:.2f}x lower bound)"
         for r in results
         if r.plan is not None
     ]
+    lines.append(f"  predicted speedup of fcp over static CP: {_speedup(results):.2f}x")
     if not args.skip_train:
-        con.rule(f"3. training on {args.replicas} gloo processes (megatron-core GPT, fcp_exec)")
-        train = load_example("train_megatron")
-        report = train.launch(train.TrainConfig(
-            replicas=args.replicas, steps=args.steps, index=str(out / "index"), seed=args.seed,
-            tokens_per_replica=2048, max_tokens=4096))  # fmt: skip
-        first, last = report.steps[0], report.steps[-1]
-        pred = sum(r["predicted_s"] for r in report.steps)
-        meas = sum(r["measured_s"] for r in report.steps)
+        con.rule(f"3. training on {args.replicas} gloo processes: fcp, then static CP")
+        with tempfile.TemporaryDirectory() as tmp:
+            rep = _train(args, out / "index", Path(tmp) / "report.json")
+        fcp_s = sum(r["measured_s"] for r in rep["steps"])
+        static_s = sum(r["measured_s"] for r in rep["baseline_steps"])
+        first, last = rep["steps"][0], rep["steps"][-1]
         lines.append(
-            f"training: {len(report.steps)} steps, loss {first['loss']:.4f} -> "
-            f"{last['loss']:.4f}; step time predicted {pred:.2f} s, measured "
-            f"{meas:.2f} s in total ({report.wall_s:.0f} s with process start-up)"
+            f"training: {len(rep['steps'])} steps per strategy, loss {first['loss']:.4f} -> "
+            f"{last['loss']:.4f}; measured step time fcp {fcp_s:.2f} s, static CP "
+            f"{static_s:.2f} s in total: {static_s / fcp_s:.2f}x"
         )
-        cores = os.cpu_count() or 1
-        if args.replicas > cores:
-            lines.append(
-                f"  ({args.replicas} processes share {cores} cores: the prediction "
-                "assumes a core per replica, and ring partners wait for each other's "
-                "turn on a core; see bench/replay.py for a fair comparison)"
-            )
+    lines.append(WHEN_EQUAL)
     con.rule("report")
     for line in lines:
         con.print(line, soft_wrap=True)

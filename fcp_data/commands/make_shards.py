@@ -1,8 +1,9 @@
-"""`fcp make-shards OUT --text N --video M`: write real sample shards for demos and tests."""
+"""`fcp make-shards -o OUT --text N --video M`: write real sample shards for demos and tests."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 __all__ = ["register", "run"]
 
@@ -18,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Deterministic for a given --seed and Python version."
         ),
     )
-    p.add_argument("out", help="output directory")
+    p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
     p.add_argument("--text", type=int, default=0, help="number of text samples")
     p.add_argument("--video", type=int, default=0, help="number of video samples")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -40,12 +41,12 @@ def run(args: argparse.Namespace) -> int:
     from fcp_data.readers.synth import make_shards
 
     paths = make_shards(
-        args.out,
+        args.output,
         text=args.text,
         video=args.video,
         seed=args.seed,
         samples_per_shard=args.samples_per_shard,
         time_scale=args.time_scale,
     )
-    Console().print(f"wrote {len(paths)} shards to {args.out}")
+    Console().print(f"wrote {len(paths)} shards to {args.output}", soft_wrap=True)
     return 0

@@ -6,9 +6,10 @@ import argparse
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 from ..planner import STRATEGIES, plan_global_batch
-from ._common import add_problem_args, cluster_from_args, cost_from_args, lengths_from_args
+from ._common import add_problem_args, batch_from_args, cluster_from_args, cost_from_args
 
 __all__ = ["register"]
 
@@ -17,15 +18,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan",
         help="plan one global batch (waves, CP groups, degrees, sequences)",
-        description="Plan one global batch from lengths (a file or a synthetic profile) for a "
-        "cluster and cost model; print the waves and CP groups, or the Plan as JSON.",
+        description="Plan one global batch (from a length index, shards, a lengths file or a "
+        "synthetic distribution) for a cluster and cost model; print the waves and CP groups, "
+        "or the Plan as JSON.",
     )
     add_problem_args(p)
-    p.add_argument("--strategy", choices=STRATEGIES, default="fcp", help="planner (default fcp)")
+    p.add_argument(
+        "--strategy", choices=STRATEGIES, default="fcp", help="the planner to use (default fcp)"
+    )
     p.add_argument(
         "--json", action="store_true", help="print the Plan as JSON (Plan.from_json reads it)"
     )
-    p.add_argument("-o", "--output", help="also write the Plan JSON to this file")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="also write the Plan JSON here (`fcp view --plan` reads it)",
+    )
     p.add_argument(
         "--max-rows", type=int, default=40, help="groups shown in the table (default 40)"
     )
@@ -33,16 +42,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    lens = lengths_from_args(args)
+    batch = batch_from_args(args)
+    lens = batch.seqlens
+    causal = False if args.full_attention else batch.causal
     cluster, cost = cluster_from_args(args), cost_from_args(args)
     t0 = time.perf_counter()
-    plan = plan_global_batch(
-        lens, cluster, cost, strategy=args.strategy, causal=not args.full_attention
-    )
+    plan = plan_global_batch(lens, cluster, cost, strategy=args.strategy, causal=causal)
     ms = (time.perf_counter() - t0) * 1e3
     if args.output:
-        with open(args.output, "wb") as fh:
-            fh.write(plan.to_json())
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_bytes(plan.to_json())
+        print(f"wrote {args.output}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         sys.stdout.write(plan.to_json().decode() + "\n")
         return 0

@@ -1,16 +1,28 @@
 """`fcp profile`: measure this machine and fit the cost model the planner uses.
 
-fcp profile --quick                      # cpu-small shape, ~20 s on 2 cores
-fcp profile --model qwen3-1.7b --layers 1 --lengths 512 1024 2048 4096 -o qwen.json
-fcp plan --cost qwen.json ...            # plan with the measured coefficients
+    fcp profile --quick                      # cpu-small shape, ~20 s on 2 cores
+    fcp profile --model qwen3-1.7b --layers 1 --lengths 512 1024 2048 4096 -o qwen.json
+    fcp profile --model qwen3-8b --device cuda -o h200.json   # a real model's shape: on a GPU
+    fcp plan --cost qwen.json ...            # plan with the measured coefficients
+
+Shapes: cpu-small and cpu-medium are for a CPU (seconds per point); the planner's models
+(qwen3-8b, llama3-8b, ...) are for a GPU (--device cuda), where one point takes milliseconds
+and on a CPU minutes. Progress: a bar on a terminal, one line per measured point otherwise
+(logs, CI). After the fit, a warning is printed for each sign of a degenerate fit: a
+coefficient at 0, no more points than coefficients, or a point off by more than 25%.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from . import _profile_vision as profile_vision
 
 __all__ = ["register", "run"]
 
@@ -32,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         default="cpu-small",
-        help="shape preset: cpu-small, cpu-medium or a planner model (qwen3-8b, ...)",
+        help="the model whose shape is timed: cpu-small, cpu-medium (CPU) or a planner model "
+        "preset, the same names as `fcp plan --model` (qwen3-8b, ...: for a GPU)",
     )
     for flag in _SHAPE_FLAGS:
         p.add_argument(
@@ -51,13 +64,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="torch CPU threads (default 1: one replica per core, as the gloo examples run)",
     )
-    p.add_argument("--device", default="cpu", help="torch device to time on (default cpu)")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device to time on: cpu, cuda, cuda:1, ... (default cpu); not a hardware "
+        "preset (that is `fcp plan --hardware`)",
+    )
     p.add_argument(
         "--quick",
         action="store_true",
         help="4 lengths, 2 repeats, no full-attention points, 3 P2P sizes (~20 s)",
     )
     p.add_argument("--no-p2p", action="store_true", help="skip the two-process P2P measurement")
+    profile_vision.add_arguments(p)
     p.add_argument(
         "-o", "--output", type=Path, help="profile JSON to write (default out/profile-<model>.json)"
     )
@@ -101,12 +120,54 @@ def _print_tables(profile: Any, console: Any) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+def print_warnings(profile: Any) -> list[str]:
+    """Print (to stderr) and return the warnings of a profile's fits."""
+    from fcp_data.profiling import fit_warnings
+
+    found = fit_warnings(profile.compute, "compute fit")
+    if profile.p2p is not None:
+        found += fit_warnings(profile.p2p, "P2P fit")
+    for w in found:
+        print(f"fcp profile: warning: {w}", file=sys.stderr, flush=True)
+    return found
+
+
+def _line_progress(total: int) -> Callable[[str], None]:
+    """One line per measured point, for logs: `[3/9] linear s=512 (4.1 s)`."""
+    t0, done = time.perf_counter(), [0]
+
+    def step(msg: str) -> None:
+        done[0] += 1
+        print(f"[{done[0]}/{total}] {msg} ({time.perf_counter() - t0:.1f} s)", flush=True)
+
+    return step
+
+
+def _measure(config: Any, console: Any) -> Any:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from fcp_data.profiling import run_profile
+
+    if not console.is_terminal:
+        print(f"profiling {config.shape.name}: {config.num_steps} points", flush=True)
+        return run_profile(config, on_step=_line_progress(config.num_steps))
+    with Progress(
+        TextColumn("[bold]profiling[/] {task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(config.shape.name, total=config.num_steps)
+        return run_profile(config, on_step=lambda msg: bar.update(task, advance=1, description=msg))
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from fcp_data.planner import CostModel
-    from fcp_data.profiling import ProfileConfig, run_profile, shape_from_name
+    from fcp_data.profiling import ProfileConfig, shape_from_name
 
     shape = shape_from_name(args.model)
     overrides = {f: getattr(args, f) for f in _SHAPE_FLAGS if getattr(args, f) is not None}
@@ -119,16 +180,12 @@ def run(args: argparse.Namespace) -> int:
         kw["repeats"] = args.repeats
     config = ProfileConfig.quick(shape, **kw) if args.quick else ProfileConfig(shape=shape, **kw)
     console = Console()
-    with Progress(TextColumn("[bold]profiling[/] {task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:  # fmt: skip
-        task = bar.add_task(shape.name, total=config.num_steps)
-        profile = run_profile(
-            config, on_step=lambda msg: bar.update(task, advance=1, description=msg)
-        )
+    profile = _measure(config, console)
     _print_tables(profile, console)
+    print_warnings(profile)
+    profile_vision.attach_vision(profile, args, console)
     out = args.output or Path("out") / f"profile-{shape.name}.json"
     profile.save(out)
     CostModel.load(out)  # what `fcp plan --cost` will do: fail here, not there
-    console.print(f"wrote {out} (use it with `fcp plan --cost {out}`)")
+    console.print(f"wrote {out} (use it with `fcp plan --cost {out}`)", soft_wrap=True)
     return 0

@@ -23,6 +23,7 @@ megatron adapter `packed_seq_params` are the training side; this module does not
 
 from __future__ import annotations
 
+import copy
 import logging
 import multiprocessing
 import warnings
@@ -78,6 +79,8 @@ class LoaderOptions:
     metrics_history: int = 10_000
     planner: Callable[..., Any] | None = None
     encode: Callable[[Mapping[str, Any]], np.ndarray] | None = None
+    vision: Any = None
+    """fcp_data.vision.VisionOptions: real templates, pixel payload and M-RoPE ids for media."""
 
 
 class _PlannedBatches(IterableDataset):
@@ -165,9 +168,25 @@ class FCPDataLoader:
         if opts.encode is not None:
             encoder = CustomEncoder(fn=opts.encode)
         else:
+            rule = resolve_rule(src, vision_rule)
+            token_ids, text = None, tokenizer
+            if opts.vision is not None and rule is not None:
+                from ..vision import SpecialTokenIds, TokenizerText
+
+                token_ids = opts.vision.token_ids or SpecialTokenIds.from_tokenizer(
+                    tokenizer, rule.name
+                )
+                text = TokenizerText(tokenizer) if tokenizer is not None else None
+                if text is not None and hasattr(rule, "text_counter"):
+                    # template text (timestamps, frame labels) counted by the loader's tokenizer,
+                    # as the index counted it with its exact counter
+                    rule = copy.copy(rule)
+                    rule.text_counter = text.count
             encoder = SampleEncoder(
-                tokenizer=tokenizer,
-                rule=resolve_rule(src, vision_rule),
+                tokenizer=text,
+                vision=opts.vision if rule is not None else None,
+                token_ids=token_ids,
+                rule=rule,
                 text_field=opts.text_field,
                 caption_field=opts.caption_field,
                 eod_id=opts.eod_id,

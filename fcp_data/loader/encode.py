@@ -15,6 +15,11 @@ Layout of a sequence (the length index counted exactly these tokens):
 A replica decodes only the groups with a placeholder in its zigzag shard: in a degree-4 group
 each member decodes about a quarter of a long video's frames instead of all of them (a group
 split across a chunk boundary is decoded by both owners).
+
+With `vision` options (LoaderOptions.vision) media samples take the real path instead
+(fcp_data.vision): the rule's template parts emitted with the tokenizer's ids in order, loss
+targets on text only, whole-sample M-RoPE ids, and per micro-batch the pixel payload of the
+encoder units this replica holds (`vision_payload`); `vision_input` is then not used.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ import torch
 from ..collate import VisionInput
 from ..readers.rules_base import VisionTokenRule
 from ..readers.sample_source import SampleSource
+from ..vision.options import VisionOptions
+from ..vision.sample import VisionEncoderMixin
+from ..vision.tokens import SpecialTokenIds
 
 __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
 
@@ -49,6 +57,9 @@ class EncodedSample:
     vision: Any = None  # readers.VisionTokens of a video or image
     video: bytes | None = None
     image: bytes | None = None
+    targets: np.ndarray | None = None  # vision path: which tokens a label may predict
+    layout: Any = None  # vision path: fcp_data.vision.template.MediaLayout
+    mrope: np.ndarray | None = None  # vision path: [3, L] M-RoPE ids of the whole sample
 
 
 def _decode_text(v: Any) -> str:
@@ -56,7 +67,7 @@ def _decode_text(v: Any) -> str:
 
 
 @dataclass(kw_only=True, slots=True)
-class SampleEncoder:
+class SampleEncoder(VisionEncoderMixin):
     """Picklable: runs in DataLoader workers. `rule` is a readers VisionTokenRule (video only)."""
 
     tokenizer: Tokenizer | None = None
@@ -67,6 +78,8 @@ class SampleEncoder:
     special_token_id: int = 0
     vision_token_id: int = 0
     decode_backend: str = "pyav"
+    vision: VisionOptions | None = None
+    token_ids: SpecialTokenIds | None = None
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
@@ -122,6 +135,10 @@ class SampleEncoder:
         if ext is None:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
         eod = max(0, special - vt.special)
+        if self.vision is not None:
+            return EncodedSample(
+                **self._encode_real(source, pos, sample, vt, modality, eod, sample[ext])
+            )
         tokens = np.concatenate(
             [
                 np.full(vt.special, self.special_token_id),
@@ -144,6 +161,8 @@ class SampleEncoder:
     ) -> VisionInput | None:
         """Frames for the placeholders among global positions `held` (local order, at `offset`)."""
         vt = enc.vision
+        if self.vision is not None:  # the vision path sends its payload instead
+            return None
         if vt is None or vt.vision == 0 or (enc.video is None and enc.image is None):
             return None
         k = held - enc.vision_start

@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from ..collate import MicroBatch, VisionInput, pack_shard
+from ..collate import IGNORE_INDEX, MicroBatch, PackedShard, VisionInput, pack_shard
 from ..errors import DataError
 from ..planner import Cluster, CostModel, Plan
+from ..vision.payload import PayloadParts, build_payload
 from .encode import CustomEncoder, EncodedSample, SampleEncoder
 from .sampler import GlobalBatchSampler
 from .types import BatchMetrics, SampleSource
@@ -102,6 +103,58 @@ class BatchBuilder:
             )
         return enc, None
 
+    # ---- vision path (LoaderOptions.vision) ------------------------------------------------
+    def _global_loss(self, ids: np.ndarray, seqlens: np.ndarray, planned: Any) -> int:
+        """Loss tokens of the whole global batch, from the index alone (no sample is read)."""
+        count = getattr(self.encoder, "loss_tokens", None)
+        if count is None or getattr(self.encoder, "vision", None) is None:
+            return int(sum(int(seqlens[s]) - 1 for s in planned))
+        return int(sum(count(self.source, int(ids[s]), int(seqlens[s])) for s in planned))
+
+    def _vision_payload(
+        self,
+        encs: list[EncodedSample],
+        packed: PackedShard,
+        pos: tuple[int, ...],
+        keys: tuple[str, ...],
+        bad: list[tuple[str, str]],
+    ) -> dict[str, Any] | None:
+        """Pixel payload and M-RoPE slice of this replica's share (None off the vision path).
+
+        A unit that fails to decode raises SampleReadError (on_error="raise") or masks its
+        sample here (tokens -> pad, out of the loss, no runs) and lists it in `bad`; only this
+        replica's pixels depend on it, so the group's token shapes stay identical.
+        """
+        enc = self.encoder
+        if not isinstance(enc, SampleEncoder) or enc.vision is None or enc.rule is None:
+            return None
+        out = PayloadParts()
+        lo, hi = packed.local_cu_seqlens_padded, packed.cu_seqlens_padded
+        for k, e in enumerate(encs):
+            kept = (len(out.pixel_values), len(out.grid_thw), len(out.runs), len(out.scatter))
+            try:
+                enc.vision_payload(
+                    out,
+                    k,
+                    e,
+                    held=packed.global_positions[k],
+                    offset=int(lo[k]),
+                    padded_len=int(hi[k + 1] - hi[k]),
+                )
+            except (ValueError, OSError) as err:
+                reason = f"{type(err).__name__}: {err}"
+                if self.on_error == "raise":
+                    raise SampleReadError(keys[k], pos[k], reason) from err
+                del out.pixel_values[kept[0] :], out.grid_thw[kept[1] :]
+                del out.runs[kept[2] :], out.scatter[kept[3] :]
+                a, b = int(lo[k]), int(lo[k + 1])
+                packed.tokens[a:b] = self.pad_id
+                packed.labels[a:b] = IGNORE_INDEX
+                packed.loss_mask[a:b] = 0.0
+                bad.append((keys[k], reason))
+        spec = enc._spec()
+        return build_payload(out, spec, row_width=3 * spec.temporal * spec.patch**2)
+
     def own_keys(self, epoch: int, batch_index: int) -> list[str]:
         """Keys this replica reads in a global batch (to name suspects when a worker dies)."""
         ids = self.sampler.batch(epoch, batch_index)
@@ -119,7 +172,7 @@ class BatchBuilder:
         planning_s = time.perf_counter() - t0
         seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
         planned_ids = plan.sequence_ids()
-        global_loss = int(sum(int(seqlens[s]) - 1 for s in planned_ids))
+        global_loss = self._global_loss(ids, seqlens, planned_ids)
         skipped: list[tuple[str, str]] = [
             (str(self.source.keys[int(ids[s])]), f"too long for the cluster ({seqlens[s]} tokens)")
             for s in plan.dropped
@@ -155,7 +208,9 @@ class BatchBuilder:
                 index=rank_plan.index_in_group,
                 pad_id=self.pad_id,
                 masked=masked,
+                targets=[e.targets for e in encs],
             )
+            payload = self._vision_payload(encs, packed, pos, keys, bad)
             vision: list[VisionInput] = []
             for j, enc in enumerate(encs):
                 vi = self.encoder.vision_input(
@@ -180,6 +235,7 @@ class BatchBuilder:
                     batch_index=batch_index,
                     skipped=tuple(bad),
                     vision=tuple(vision),
+                    payload=payload,
                 )
             )
         metrics = BatchMetrics(

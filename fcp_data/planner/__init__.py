@@ -12,20 +12,26 @@ from .generators import DISTRIBUTIONS, generate_lengths
 from .plan import CPGroup, Plan, RankPlan, Wave, structure_digest
 from .presets import DEVICES, MODELS, DeviceSpec, ModelSpec
 from .simulate import Score, lower_bound_of, score_plan
+from .vision_cost import VisionCost, VisionWork
+from .vision_presets import ENCODERS, EncoderSpec
 
 __all__ = [
     "DEVICES",
     "DISTRIBUTIONS",
+    "ENCODERS",
     "MODELS",
     "STRATEGIES",
     "CPGroup",
     "Cluster",
     "CostModel",
     "DeviceSpec",
+    "EncoderSpec",
     "ModelSpec",
     "Plan",
     "RankPlan",
     "Score",
+    "VisionCost",
+    "VisionWork",
     "Wave",
     "generate_lengths",
     "lower_bound_of",

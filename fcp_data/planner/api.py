@@ -9,6 +9,13 @@ Strategies:
 - "static": Megatron-LM's static CP; "static-balanced": one fixed degree, sequences dealt by
   predicted time; "pow2": the fcp planner restricted to power-of-two degrees (DeepSpeed-Ulysses /
   FlexSP space); "megatron-hybrid": megatron-core's BalancedCPScheduler (needs megatron-core).
+
+Vision work (`vision=`, per-sample encoder units and where their tokens sit) makes every
+candidate and baseline count each replica's decode and encoder time for the units it holds,
+edge duplicates included (`vision_cost`). Candidates balance the vision replica-seconds with the
+rest; scoring is exact. "fcp" and "pow2" also score the vision-blind candidates under the
+vision-aware model, so counting vision never yields a worse plan under that model. A batch with
+no vision work (text only) plans exactly as without the argument.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..errors import ConfigError
 from .baselines import megatron_hybrid, static_megatron
 from .bounds import lower_bound
 from .cluster import Cluster
@@ -27,6 +35,7 @@ from .paper import paper_schedule
 from .plan import Plan
 from .problem import Problem
 from .schedule import Schedule
+from .vision_cost import VisionLoad, VisionWork
 
 __all__ = ["STRATEGIES", "plan_global_batch"]
 
@@ -117,6 +126,39 @@ _FAMILIES: dict[str, Callable[[Problem, float, np.ndarray], list[Schedule | None
 }
 
 
+def _vision_load(vision: VisionWork | None, cost: CostModel, lens: np.ndarray) -> VisionLoad | None:
+    """The batch's priced vision work, or None when it has none (text-only batches)."""
+    if vision is None:
+        return None
+    if not isinstance(vision, VisionWork):
+        raise TypeError(f"vision must be a fcp_data.planner.VisionWork, got {type(vision)}")
+    if cost.vision is None:
+        if np.any(vision.units > 0):
+            raise ConfigError(
+                f"vision work was given but the cost model {cost.name!r} has no vision terms: "
+                "use CostModel.from_model with a vision-language model (e.g. 'qwen3-vl-2b'), "
+                "attach a VisionCost (dataclasses.replace(cost, vision=...)) or profile one "
+                "(`fcp profile --vision`)"
+            )
+        return None
+    load = VisionLoad.build(vision, cost.vision, lens)
+    return load if load.active else None
+
+
+def _blind_candidates(
+    blind: Problem, prob: Problem, keep: np.ndarray, strategy: str
+) -> list[Schedule]:
+    """The candidates planned without vision work, scored with it (named "vision-blind:...")."""
+    units = blind.order[keep[blind.order]]
+    lower = lower_bound(blind, np.flatnonzero(keep))
+    out = []
+    for sch in _FAMILIES[strategy](blind, lower, units):
+        if sch is not None:
+            sch.name = f"vision-blind:{sch.name}"
+            out.append(sch.score(prob))
+    return out
+
+
 def plan_global_batch(
     seqlens: Sequence[int] | np.ndarray,
     cluster: Cluster,
@@ -126,19 +168,29 @@ def plan_global_batch(
     strategy: str = "fcp",
     seed: int = 0,
     on_too_long: str = "raise",
+    vision: VisionWork | None = None,
 ) -> Plan:
     """Plan one global batch: which CP groups, at which degrees, run which sequences, when.
 
     Pure and deterministic: the same lengths, cluster, cost model, strategy and seed give the
     same plan (same digest) in every process. `seed` only orders sequences of equal cost.
     A sequence that cannot fit even on all N replicas raises (`on_too_long="raise"`) or is left
-    out and listed in `Plan.dropped` (`"drop"`).
+    out and listed in `Plan.dropped` (`"drop"`). `vision`: the batch's vision work
+    (`VisionWork.from_media` from the length index columns and rule), priced by `cost.vision`.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     if on_too_long not in ON_TOO_LONG:
         raise ValueError(f"on_too_long={on_too_long!r} is not one of {ON_TOO_LONG}")
-    prob = Problem.build(seqlens, cluster, cost, causal=causal, pow2=strategy == "pow2", seed=seed)
+    pow2 = strategy == "pow2"
+    prob = Problem.build(seqlens, cluster, cost, causal=causal, pow2=pow2, seed=seed)
+    blind = None
+    load = _vision_load(vision, cost, prob.lens)
+    if load is not None:
+        blind = prob
+        prob = Problem.build(
+            seqlens, cluster, cost, causal=causal, pow2=pow2, seed=seed, vision=load
+        )
     too_long = np.flatnonzero(prob.dmin == 0)
     if too_long.size and on_too_long == "raise":
         shown = too_long[:5].tolist()
@@ -161,6 +213,8 @@ def plan_global_batch(
         )
     lower = lower_bound(prob, np.flatnonzero(keep))
     found = [s for s in _FAMILIES[strategy](prob, lower, units) if s is not None]
+    if blind is not None and strategy in ("fcp", "pow2"):
+        found += _blind_candidates(blind, prob, keep, strategy)
     if not found:
         raise ValueError(
             f"strategy={strategy!r} found no feasible plan for {units.size} sequences on "

@@ -32,6 +32,7 @@ from ..layout import shard_tokens
 if TYPE_CHECKING:
     from .cluster import Cluster
     from .presets import DeviceSpec, ModelSpec
+    from .vision_cost import VisionCost
 
 __all__ = ["CostModel"]
 
@@ -51,6 +52,8 @@ class CostModel:
     eta_full: extra attention work of a bidirectional sequence over a causal one (η).
     alpha_vision: seconds per vision token of the vision encoder (0 for text-only models).
     name: where the coefficients came from (preset, profile file), for reports.
+    vision: the vision encoder's and decoder's terms per unit a replica holds (`vision_cost`;
+    None for text-only models); used when a batch's vision work is given to the planner.
     """
 
     alpha1: float
@@ -65,10 +68,11 @@ class CostModel:
     eta_full: float = 1.0
     alpha_vision: float = 0.0
     name: str = "custom"
+    vision: VisionCost | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if f.name == "name":
+            if f.name in ("name", "vision"):
                 continue
             v = getattr(self, f.name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
@@ -199,6 +203,10 @@ class CostModel:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"{path}: unknown cost-model fields {unknown}; known: {sorted(known)}")
+        if isinstance(raw.get("vision"), dict):  # the vision encoder's terms (vision_cost.py)
+            from .vision_cost import VisionCost
+
+            raw["vision"] = VisionCost(**raw["vision"])
         return cls(**raw)
 
     def perturbed(self, rng: np.random.Generator, noise: float) -> CostModel:

@@ -8,6 +8,9 @@ selective recomputation (34·h bytes per token per layer, Korthikanti et al. 202
 of 6 bytes per parameter (bf16 weights + fp32 grads; Adam states sharded by a distributed
 optimizer) and ring traffic of 3 passes of K and V per layer (forward KV, backward KV + dKV).
 A fitted profile (`fcp profile`) replaces all of this with measurements.
+The vision-language models name their encoder (`ModelSpec.encoder`); its VisionCost
+(`vision_presets`: encoder fwd+bwd per unit, decode per megapixel) rides on the estimate as
+`CostModel.vision`. `VisionSpec` stays the coarse size used for the model-state bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cost import CostModel
+from .vision_presets import estimate_vision_cost
 
 __all__ = ["DEVICES", "MODELS", "DeviceSpec", "ModelSpec", "VisionSpec", "estimate_cost_model"]
 
@@ -49,6 +53,7 @@ class ModelSpec:
     vocab: int
     head_dim: int | None = None
     vision: VisionSpec | None = None
+    encoder: str | None = None  # vision_presets.ENCODERS name: the planner's vision cost
 
     @property
     def dim_head(self) -> int:
@@ -154,6 +159,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=8960,
             vocab=_QWEN25_VOCAB,
             vision=_INTERN_VIT,
+            encoder="internvit-300m",
         ),
         ModelSpec(
             name="internvl2.5-4b",
@@ -164,6 +170,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=11008,
             vocab=_QWEN25_VOCAB,
             vision=_INTERN_VIT,
+            encoder="internvit-300m",
         ),
         ModelSpec(
             name="internvl3-8b",
@@ -174,6 +181,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=18944,
             vocab=_QWEN25_VOCAB,
             vision=_INTERN_VIT,
+            encoder="internvit-300m",
         ),
         ModelSpec(
             name="qwen3-vl-2b",
@@ -185,6 +193,7 @@ MODELS: dict[str, ModelSpec] = {
             vocab=_QWEN3_VOCAB,
             head_dim=128,
             vision=_QWEN3_VIT,
+            encoder="qwen3-vl-vit",
         ),
         ModelSpec(
             name="qwen3-vl-4b",
@@ -196,6 +205,7 @@ MODELS: dict[str, ModelSpec] = {
             vocab=_QWEN3_VOCAB,
             head_dim=128,
             vision=_QWEN3_VIT,
+            encoder="qwen3-vl-vit",
         ),
         ModelSpec(
             name="qwen3-vl-8b",
@@ -207,6 +217,7 @@ MODELS: dict[str, ModelSpec] = {
             vocab=_QWEN3_VOCAB,
             head_dim=128,
             vision=_QWEN3_VIT_8B,
+            encoder="qwen3-vl-vit-8b",
         ),
     )
 }
@@ -296,4 +307,9 @@ def estimate_cost_model(model: str | ModelSpec, device: str | DeviceSpec) -> Cos
         static_bytes=BYTES_PER_PARAM_STATE * m.params,
         alpha_vision=alpha_vision,
         name=f"{m.name}@{dev.name} (analytic)",
+        vision=None
+        if m.encoder is None
+        else estimate_vision_cost(
+            m.encoder, dev.name, peak_flops=dev.peak_flops, llm_hidden=m.hidden
+        ),
     )

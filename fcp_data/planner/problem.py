@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from ..layout import min_degree
 from .cluster import Cluster
 from .cost import CostModel
 from .kernels import BETA1, BETA2, INTER_NODE_BANDWIDTH, INTRA_NODE_BANDWIDTH
+
+if TYPE_CHECKING:
+    from .vision_cost import VisionLoad
 
 __all__ = ["Problem"]
 
@@ -51,7 +55,9 @@ class Problem:
     needs at the least), `dmin` (smallest allowed degree holding it alone, 0 when none does),
     `overhead` (its share of β1) and `order` (longest first). `cap` is the tokens one replica
     holds, `allowed[d]` whether degree d may be used, `cost_params` the kernels' packed cost
-    constants (see `kernels`).
+    constants (see `kernels`). With `vision` (a batch's priced vision work), `lin` also holds
+    each sequence's vision replica-seconds (what the candidates balance) and the scorer adds
+    each group's exact vision time (`vision_cost`); `lin_llm` is the language model's part.
     """
 
     cost: CostModel
@@ -64,8 +70,10 @@ class Problem:
     speed: np.ndarray
     cost_params: np.ndarray
     allowed: np.ndarray
+    vision: VisionLoad | None = None
     att: np.ndarray = field(init=False)
     lin: np.ndarray = field(init=False)
+    lin_llm: np.ndarray = field(init=False)
     comm: np.ndarray = field(init=False)
     work: np.ndarray = field(init=False)
     dmin: np.ndarray = field(init=False)
@@ -82,6 +90,7 @@ class Problem:
         causal: bool | Sequence[bool] | np.ndarray = True,
         pow2: bool = False,
         seed: int = 0,
+        vision: VisionLoad | None = None,
     ) -> Problem:
         if not isinstance(cluster, Cluster):
             raise TypeError(f"cluster must be a fcp_data.planner.Cluster, got {type(cluster)}")
@@ -122,6 +131,7 @@ class Problem:
             speed=cluster.speeds(),
             cost_params=cost_params,
             allowed=allowed,
+            vision=vision,
         )
         prob._aggregate(seed)
         return prob
@@ -130,7 +140,9 @@ class Problem:
         s = self.lens.astype(np.float64)
         eta = np.where(self.causal, 0.0, self.cost.eta_full)
         self.att = self.cost.alpha1 * (1.0 + eta) * s * s
-        self.lin = self.cost.alpha2 * s
+        self.lin = self.lin_llm = self.cost.alpha2 * s
+        if self.vision is not None:
+            self.lin = self.lin_llm + self.vision.total
         self.comm = self.cost.alpha3 * s
         self.work = self.att + self.lin
         self.dmin = self.min_degrees(self.lens)
@@ -158,16 +170,22 @@ class Problem:
         """Predicted time of each group (window + its sequences), vectorised over groups."""
         g = starts.size
         att = np.bincount(unit_group, weights=self.att[units], minlength=g)
-        lin = np.bincount(unit_group, weights=self.lin[units], minlength=g)
+        lin = np.bincount(unit_group, weights=self.lin_llm[units], minlength=g)
         comm = np.bincount(unit_group, weights=self.comm[units], minlength=g)
-        return self.window_times(att, lin, comm, starts, degs)
+        times = self.window_times(att, lin, comm, starts, degs)
+        if self.vision is not None:
+            times = times + self.vision.group_seconds(self, starts, degs, units, unit_group)
+        return times
 
     def set_time(self, members: np.ndarray, replicas: np.ndarray) -> float:
         """Time of one group on an arbitrary replica set (slow path, baselines only)."""
         nodes = {int(r) // self.replicas_per_node for r in replicas}
-        return self.cost.time_from_aggregates(
+        vision = 0.0
+        if self.vision is not None:
+            vision = self.vision.set_seconds(self, members, replicas)
+        return vision + self.cost.time_from_aggregates(
             float(self.att[members].sum()),
-            float(self.lin[members].sum()),
+            float(self.lin_llm[members].sum()),
             float(self.comm[members].sum()),
             len(replicas),
             inter_node=len(nodes) > 1,

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ConfigError
 from .bounds import lower_bound
 from .cluster import Cluster
 from .cost import CostModel
 from .plan import Plan
 from .problem import Problem
+from .vision_cost import VisionLoad, VisionWork, member_units
 
 __all__ = ["Score", "check_plan", "lower_bound_of", "score_plan"]
 
@@ -43,9 +45,13 @@ def lower_bound_of(
     *,
     causal: bool | Sequence[bool] | np.ndarray = True,
     exclude: Sequence[int] = (),
+    vision: VisionWork | None = None,
 ) -> float:
     """max(total work / Σ speed, the longest sequence's best time); see bounds.lower_bound."""
     prob = Problem.build(seqlens, cluster, cost, causal=causal)
+    if vision is not None and cost.vision is not None:
+        load = VisionLoad.build(vision, cost.vision, prob.lens)
+        prob = Problem.build(seqlens, cluster, cost, causal=causal, vision=load)
     keep = np.ones(prob.lens.size, dtype=bool)
     keep[list(exclude)] = False
     keep &= prob.dmin > 0
@@ -57,6 +63,15 @@ def _causal_array(causal: bool | Sequence[bool] | np.ndarray, n: int) -> np.ndar
     return np.full(n, bool(c)) if c.ndim == 0 else c.astype(bool)
 
 
+def _vision_seconds(load: VisionLoad, lens: np.ndarray, ids: list[int], degree: int) -> float:
+    """The busiest member's vision time: per member, Σ seconds per unit × units it holds."""
+    per_member = np.zeros(degree)
+    for i in ids:
+        if load.unit_s[i] > 0:
+            per_member += load.unit_s[i] * member_units(load.work, i, int(lens[i]), degree)
+    return float(per_member.max())
+
+
 def score_plan(
     plan: Plan,
     seqlens: Sequence[int] | np.ndarray,
@@ -64,9 +79,19 @@ def score_plan(
     cost: CostModel,
     *,
     causal: bool | Sequence[bool] | np.ndarray = True,
+    vision: VisionWork | None = None,
 ) -> Score:
+    """Critical path of `plan`; with `vision`, each group also spends its busiest member's
+    decode + encoder time for the units it holds (priced by `cost.vision`)."""
     lens = np.asarray(seqlens, dtype=np.int64)
     caus = _causal_array(causal, lens.size)
+    load = None
+    if vision is not None:
+        if cost.vision is None:
+            raise ConfigError(
+                f"score_plan(vision=...) needs a cost model with vision terms, not {cost.name!r}"
+            )
+        load = VisionLoad.build(vision, cost.vision, lens)
     speed = cluster.speeds()
     free = np.zeros(cluster.num_replicas)
     busy = np.zeros(cluster.num_replicas)
@@ -82,13 +107,15 @@ def score_plan(
                 inter_node=cluster.spans_nodes(reps),
                 speed=float(speed[reps].min()),
             )
+            if load is not None:
+                t += _vision_seconds(load, lens, ids, g.degree) / float(speed[reps].min())
             free[reps] = free[reps].max() + t
             busy[reps] += t
             times.append(t)
         if wave.barrier:
             free[:] = free.max()
     makespan = float(free.max())
-    lower = lower_bound_of(lens, cluster, cost, causal=caus, exclude=plan.dropped)
+    lower = lower_bound_of(lens, cluster, cost, causal=caus, exclude=plan.dropped, vision=vision)
     util = float(busy.sum() / (cluster.num_replicas * makespan)) if makespan > 0 else 0.0
     return Score(
         makespan=makespan,

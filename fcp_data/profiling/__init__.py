@@ -24,19 +24,22 @@ __all__ = [
     "ProfileConfig",
     "fit_compute",
     "fit_p2p",
+    "fit_warnings",
     "measure_p2p",
+    "resolve_cost",
     "run_profile",
     "shape_from_name",
+    "shipped_names",
     "shipped_profile",
 ]
 
 _WHERE = {
     "SHAPES": "shapes", "ModelShape": "shapes", "shape_from_name": "shapes",
     "ComputePoint": "timing",
-    "Fit": "fit", "FitRow": "fit", "fit_compute": "fit", "fit_p2p": "fit",
+    "Fit": "fit", "FitRow": "fit", "fit_compute": "fit", "fit_p2p": "fit", "fit_warnings": "fit",
     "P2PPoint": "p2p", "measure_p2p": "p2p",
     "Profile": "measure", "ProfileConfig": "measure", "run_profile": "measure",
-    "shipped_profile": "measure",
+    "shipped_profile": "shipped", "shipped_names": "shipped", "resolve_cost": "shipped",
 }  # fmt: skip
 
 

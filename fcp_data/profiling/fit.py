@@ -19,7 +19,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Fit", "FitRow", "fit_compute", "fit_p2p", "nonneg_relative_lstsq"]
+from ..errors import ConfigError
+
+__all__ = [
+    "OFF_LIMIT",
+    "Fit",
+    "FitRow",
+    "fit_compute",
+    "fit_p2p",
+    "fit_warnings",
+    "nonneg_relative_lstsq",
+]
+
+OFF_LIMIT = 0.25  # a point the fit misses by more than this is worth a warning
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -55,14 +67,14 @@ def nonneg_relative_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     """argmin_{c >= 0} Σ_i ((A c − y)_i / y_i)² by trying every column subset (k <= 3)."""
     a, y = np.asarray(a, np.float64), np.asarray(y, np.float64)
     if a.ndim != 2 or a.shape[0] != y.size or a.shape[1] > 3:
-        raise ValueError(f"design matrix {a.shape} and {y.size} measurements do not match")
+        raise ConfigError(f"design matrix {a.shape} and {y.size} measurements do not match")
     if a.shape[0] < a.shape[1]:
-        raise ValueError(
+        raise ConfigError(
             f"{a.shape[0]} measurements cannot fit {a.shape[1]} coefficients; measure at least "
             f"{a.shape[1]} grid points"
         )
     if np.any(y <= 0) or not np.all(np.isfinite(y)):
-        raise ValueError(f"measurements must be positive and finite, got {y.tolist()}")
+        raise ConfigError(f"measurements must be positive and finite, got {y.tolist()}")
     w = a / y[:, None]
     best, best_err = np.zeros(a.shape[1]), np.inf
     for k in range(1, a.shape[1] + 1):
@@ -98,3 +110,33 @@ def fit_p2p(nbytes: Sequence[int], seconds: Sequence[float]) -> Fit:
     n = np.asarray(nbytes, np.float64)
     return _fit(("latency", "seconds_per_byte"), np.stack([np.ones_like(n), n], 1), n,
                 np.asarray(seconds, np.float64))  # fmt: skip
+
+
+def fit_warnings(fit: Fit, what: str) -> list[str]:
+    """Why a fit should not be trusted as is, one sentence each ([] when nothing is wrong).
+
+    Degenerate when a coefficient is 0 (the non-negative fit dropped that term: the planner
+    will treat it as free), when there are no more points than coefficients (the curve passes
+    through every point, so its error says nothing), or when any point is off by more than
+    25% (noise, a busy machine, or a shape the model does not describe).
+    """
+    out: list[str] = []
+    zeros = [name for name, v in fit.coef.items() if v == 0.0]
+    if zeros:
+        out.append(
+            f"{what}: {', '.join(zeros)} fitted as 0 (the non-negative fit dropped the term, "
+            "so the planner treats it as free); measure more or longer points"
+        )
+    if len(fit.rows) <= len(fit.coef):
+        out.append(
+            f"{what}: {len(fit.rows)} point(s) for {len(fit.coef)} coefficients: the fit passes "
+            "through every point and its error says nothing; measure more points"
+        )
+    bad = [r for r in fit.rows if abs(r.rel_error) > OFF_LIMIT]
+    if bad:
+        worst = ", ".join(f"{r.x:g} ({r.rel_error:+.0%})" for r in bad[:5])
+        out.append(
+            f"{what}: {len(bad)} point(s) off by more than {OFF_LIMIT:.0%}: {worst}; rerun on "
+            "an idle machine or with more --repeats"
+        )
+    return out

@@ -23,7 +23,6 @@ import os
 import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,13 @@ import torch
 
 from fcp_data.planner import CostModel
 
+from ..errors import ConfigError
 from .fit import Fit, fit_compute, fit_p2p
 from .p2p import P2PPoint, measure_p2p
 from .shapes import ModelShape
 from .timing import ComputePoint, time_attention, time_linear
 
-__all__ = ["Profile", "ProfileConfig", "run_profile", "shipped_profile"]
+__all__ = ["Profile", "ProfileConfig", "run_profile"]
 
 DEFAULT_SEQLENS = (256, 512, 1024, 1536, 2048, 3072, 4096)
 QUICK_SEQLENS = (256, 512, 1024, 2048)
@@ -59,12 +59,12 @@ class ProfileConfig:
 
     def __post_init__(self) -> None:
         if len(self.seqlens) < 3:
-            raise ValueError(f"seqlens={self.seqlens}: fitting 3 coefficients needs >= 3 lengths")
+            raise ConfigError(f"seqlens={self.seqlens}: fitting 3 coefficients needs >= 3 lengths")
         bad = [s for s in self.seqlens if s < 2 or s % 2]
         if bad:
-            raise ValueError(f"seqlens {bad} must be even and >= 2 (e.g. 256 512 1024 2048)")
+            raise ConfigError(f"seqlens {bad} must be even and >= 2 (e.g. 256 512 1024 2048)")
         if self.threads < 1:
-            raise ValueError(f"threads={self.threads} must be >= 1")
+            raise ConfigError(f"threads={self.threads} must be >= 1")
 
     @classmethod
     def quick(cls, shape: ModelShape, **kw: Any) -> ProfileConfig:
@@ -195,14 +195,3 @@ def run_profile(config: ProfileConfig, *, on_step: Callable[[str], None] | None 
     }  # fmt: skip
     return Profile(cost=cost, compute=compute, points=tuple(points), p2p=p2p_fit,
                    p2p_points=p2p_points, meta=meta)  # fmt: skip
-
-
-def shipped_profile(name: str = "cpu-small") -> Path:
-    """Path of a measured profile shipped in fcp_data/profiles (`CostModel.load` reads it)."""
-    base = resources.files("fcp_data") / "profiles"
-    path = Path(str(base / f"{name}.json"))
-    if not path.is_file():
-        have = sorted(p.name.removesuffix(".json") for p in base.iterdir()
-                      if p.name.endswith(".json"))  # fmt: skip
-        raise FileNotFoundError(f"no shipped profile {name!r}; shipped: {have}")
-    return path

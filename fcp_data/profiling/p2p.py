@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fcp_exec.launch import run_group
+from ..errors import ConfigError, DataError
+from .spawn import spawn_group
 
 __all__ = ["P2PPoint", "measure_p2p"]
 
@@ -76,9 +77,9 @@ def measure_p2p(
 ) -> list[P2PPoint]:
     """Ping-pong between two spawned processes; one P2PPoint per message size."""
     if len(sizes) < 2:
-        raise ValueError(f"sizes={list(sizes)}: a latency + bandwidth fit needs >= 2 sizes")
+        raise ConfigError(f"sizes={list(sizes)}: a latency + bandwidth fit needs >= 2 sizes")
     try:
-        result = run_group(
+        result = spawn_group(
             _pingpong,
             2,
             [int(s) for s in sizes],
@@ -87,8 +88,8 @@ def measure_p2p(
             timeout_s=timeout_s,
             what="P2P measurement",
         )
-    except RuntimeError as exc:
-        raise RuntimeError(
+    except DataError as exc:
+        raise DataError(
             f"{exc}; check that 127.0.0.1 TCP ports are usable or pass --no-p2p"
         ) from exc
     return [P2PPoint(nbytes=n, seconds=t) for n, t in result]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ConfigError
+
 __all__ = ["SHAPES", "ModelShape", "shape_from_name"]
 
 
@@ -31,9 +33,9 @@ class ModelShape:
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"ModelShape.{f}={v!r} must be an integer >= 1")
+                raise ConfigError(f"ModelShape.{f}={v!r} must be an integer >= 1")
         if self.heads % self.kv_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; GQA shares "
                 "each KV head among heads/kv_heads query heads (e.g. --heads 8 --kv-heads 2)"
             )
@@ -97,7 +99,7 @@ def shape_from_name(name: str) -> ModelShape:
             ffn=m.ffn,
             vocab=m.vocab,
         )
-    raise ValueError(
+    raise ConfigError(
         f"unknown model shape {name!r}; known: {sorted(SHAPES)} and the planner presets "
         f"{sorted(MODELS)}, or give --layers/--hidden/--heads/--kv-heads/--head-dim/--ffn"
     )

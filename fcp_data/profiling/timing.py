@@ -1,8 +1,10 @@
 """Timed fwd+bwd of the two compute terms of the cost model, on this machine's CPU or GPU.
 
-* attention: `fcp_exec.ring_attention` on a one-member ring (d = 1 runs exactly the local
-  kernel training runs: PyTorch's flash attention for CPU, flash-attn / SDPA on CUDA), one
-  packed sequence of s tokens, GQA heads expanded as in training;
+* attention: torch's `scaled_dot_product_attention` on one sequence of s tokens, GQA heads
+  expanded as in training. On CPU it dispatches to PyTorch's flash attention for CPU, the
+  kernel fcp_exec's ring runs at d = 1; on CUDA to SDPA's flash backend, fcp_exec's path when
+  flash-attn is not installed. (fcp_data never imports fcp_exec, so the kernel is called here
+  directly rather than through the ring.)
 * per-token layers: one transformer layer's QKV and output projections, RMSNorms and SwiGLU MLP
   on s tokens, plus the LM head with its cross-entropy (once, not per layer).
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import ConfigError
 from .shapes import ModelShape
 
 __all__ = ["ComputePoint", "median_seconds", "time_attention", "time_linear"]
@@ -42,7 +45,7 @@ class ComputePoint:
 def median_seconds(fn: Callable[[], object], repeats: int, *, sync: Callable[[], None]) -> float:
     """Median wall time of `fn` over `repeats` runs after one warm-up."""
     if repeats < 1:
-        raise ValueError(f"repeats={repeats} must be >= 1")
+        raise ConfigError(f"repeats={repeats} must be >= 1")
     fn()
     sync()
     times = []
@@ -62,29 +65,24 @@ def _sync_for(device: torch.device) -> Callable[[], None]:
 
 def time_attention(
     shape: ModelShape, seqlen: int, *, causal: bool = True, repeats: int = 3,
-    device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, rank: int = 0,
+    device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
 ) -> float:  # fmt: skip
-    """Seconds of attention fwd+bwd for one sequence, all layers (one layer timed).
-
-    `rank`: this process's global rank when torch.distributed is initialised (the one-member
-    ring must name it); 0 otherwise.
-    """
-    from fcp_exec import ring_attention
-
+    """Seconds of attention fwd+bwd for one sequence, all layers (one layer timed)."""
     if seqlen < 2 or seqlen % 2:
-        raise ValueError(f"seqlen={seqlen} must be even and >= 2 (one zigzag pair at d = 1)")
+        raise ConfigError(f"seqlen={seqlen} must be even and >= 2 (one zigzag pair at d = 1)")
     dev = torch.device(device)
     gen = torch.Generator(device="cpu").manual_seed(seqlen)
-    q = torch.randn(seqlen, shape.heads, shape.head_dim, generator=gen).to(dev, dtype)
-    k = torch.randn(seqlen, shape.kv_heads, shape.head_dim, generator=gen).to(dev, dtype)
+    q = torch.randn(1, shape.heads, seqlen, shape.head_dim, generator=gen).to(dev, dtype)
+    k = torch.randn(1, shape.kv_heads, seqlen, shape.head_dim, generator=gen).to(dev, dtype)
     v = torch.randn_like(k)
     grad = torch.randn_like(q)
     q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
-    cu = torch.tensor([0, seqlen], dtype=torch.int32)
-    me = (int(rank),)
+    groups = shape.heads // shape.kv_heads
 
     def run() -> None:
-        out = ring_attention(q, k, v, cu, cu, ring=me, causal=causal)
+        kk = k.repeat_interleave(groups, dim=1) if groups > 1 else k
+        vv = v.repeat_interleave(groups, dim=1) if groups > 1 else v
+        out = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, is_causal=causal)
         out.backward(grad)
         q.grad = k.grad = v.grad = None
 

@@ -13,11 +13,42 @@ from collections.abc import Callable
 
 import msgspec
 
-__all__ = ["TextCounter", "VisionTokenRule", "VisionTokens", "qwen_digit_text_tokens"]
+__all__ = [
+    "PAD_PARTS",
+    "SPECIAL_PARTS",
+    "TemplatePart",
+    "TextCounter",
+    "VisionTokenRule",
+    "VisionTokens",
+    "count_template",
+    "qwen_digit_text_tokens",
+]
 
 # A function that counts the tokens of a short text (timestamps, frame labels). A real tokenizer
 # can be plugged in; the default below is exact for Qwen2/Qwen3's tokenizer on these strings.
 TextCounter = Callable[[str], int]
+
+# One piece of a media template, in sequence order: (kind, value). Special parts are one token
+# each (value 1), "text" parts a string tokenized by the model's tokenizer, pad parts (value =
+# token count) the placeholders the vision encoder fills. The index counts these parts with
+# `count_template` and the loader emits exactly these parts (fcp_data.vision.template), so the
+# count and the emitted length come from one description.
+TemplatePart = tuple[str, "str | int"]
+SPECIAL_PARTS = ("vision_start", "vision_end", "img_start", "img_end")
+PAD_PARTS = ("video_pad", "image_pad", "img_context")
+
+
+def count_template(parts: tuple[TemplatePart, ...], text_counter: TextCounter) -> int:
+    """Template (non-placeholder) tokens of `parts`: 1 per special part, counted text parts."""
+    n = 0
+    for kind, value in parts:
+        if kind == "text":
+            n += text_counter(str(value))
+        elif kind in SPECIAL_PARTS:
+            n += 1
+        elif kind not in PAD_PARTS:
+            raise ValueError(f"template part kind {kind!r} is not text, special or pad")
+    return n
 
 
 def qwen_digit_text_tokens(text: str) -> int:
@@ -58,7 +89,8 @@ class VisionTokens(msgspec.Struct, frozen=True, kw_only=True):
     fills; `special` counts everything the template adds around them (start/end markers,
     Qwen3-VL timestamps, InternVL frame labels). `frame_indices` are the source frames to decode
     (empty for images) and `resized` is the (height, width) each frame is resized to before
-    patching (for InternVL: the tile grid's pixel size).
+    patching (for InternVL: the tile grid's pixel size). `parts` lists the template pieces in
+    the order the loader emits them; `special` is counted from them.
     """
 
     vision: int
@@ -66,6 +98,8 @@ class VisionTokens(msgspec.Struct, frozen=True, kw_only=True):
     frame_indices: tuple[int, ...]
     resized: tuple[int, int]
     grid: tuple[int, int, int]  # (temporal groups or tiles, grid_h, grid_w) in patches
+    parts: tuple[tuple[str, str | int], ...] = ()
+    """The template in sequence order (see TemplatePart); `special` = count_template(parts)."""
 
     @property
     def total(self) -> int:

@@ -17,7 +17,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .rules_base import TextCounter, VisionTokenRule, VisionTokens, qwen_digit_text_tokens
+from .rules_base import (
+    TemplatePart,
+    TextCounter,
+    VisionTokenRule,
+    VisionTokens,
+    count_template,
+    qwen_digit_text_tokens,
+)
 
 __all__ = ["IMAGE_SIZE", "NUM_IMAGE_TOKEN", "InternVLRule", "InternVLRuleConfig", "closest_grid"]
 
@@ -89,9 +96,15 @@ class InternVLRule(VisionTokenRule):
             width, height, min_num=c.min_dynamic_patch, max_num=c.max_dynamic_patch
         )
         tiles = cols * rows + (1 if c.use_thumbnail and cols * rows != 1 else 0)
+        parts: tuple[TemplatePart, ...] = (
+            ("img_start", 1),
+            ("img_context", NUM_IMAGE_TOKEN * tiles),
+            ("img_end", 1),
+        )
         return VisionTokens(
             vision=NUM_IMAGE_TOKEN * tiles,
-            special=2,
+            special=count_template(parts, self.text_counter),
+            parts=parts,
             frame_indices=(),
             resized=(IMAGE_SIZE * rows, IMAGE_SIZE * cols),
             grid=(tiles, rows, cols),
@@ -107,14 +120,20 @@ class InternVLRule(VisionTokenRule):
         # int(linspace(0, N, n + 1)) and take each segment's integer midpoint.
         bounds = [int(num_frames * k / n) for k in range(n + 1)]
         idx = tuple((bounds[k] + bounds[k + 1]) // 2 for k in range(n))
-        special = 2 * n  # <img></img> per frame
-        if self.config.frame_labels:
-            special += sum(self.text_counter(f"Frame-{i + 1}: ") for i in range(n))
-            special += n - 1  # "\n" between frame lines
+        # "Frame-1: <img>...</img>\nFrame-2: <img>...</img>..." (internvl_chat_finetune.py);
+        # the "\n" and each label are separate text parts, tokenized one by one.
+        parts: list[TemplatePart] = []
+        for i in range(n):
+            if self.config.frame_labels:
+                if i:
+                    parts.append(("text", "\n"))
+                parts.append(("text", f"Frame-{i + 1}: "))
+            parts += [("img_start", 1), ("img_context", NUM_IMAGE_TOKEN), ("img_end", 1)]
         return VisionTokens(
             vision=NUM_IMAGE_TOKEN * n,
-            special=special,
+            special=count_template(tuple(parts), self.text_counter),
             frame_indices=idx,
             resized=(IMAGE_SIZE, IMAGE_SIZE),
             grid=(n, 1, 1),
+            parts=tuple(parts),
         )

@@ -17,7 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .rules_base import TextCounter, VisionTokenRule, VisionTokens, qwen_digit_text_tokens
+from .rules_base import (
+    TemplatePart,
+    TextCounter,
+    VisionTokenRule,
+    VisionTokens,
+    count_template,
+    qwen_digit_text_tokens,
+)
 
 __all__ = [
     "FPS",
@@ -200,22 +207,29 @@ class QwenVisionRule(VisionTokenRule):
         h, w = smart_resize(height, width, factor=f, min_pixels=min_px, max_pixels=max_px)
         groups, gh, gw = n // FRAME_FACTOR, h // c.patch_size, w // c.patch_size
         per_group = gh * gw // (SPATIAL_MERGE_SIZE**2)
+        parts: list[TemplatePart] = []
         if c.timestamps:
             # Qwen3VLProcessor: each group is "<{t:.1f} seconds>" <|vision_start|> pads
             # <|vision_end|>, t the mean timestamp of the group's frames (frame index / fps).
-            special = 0
             for g in range(groups):
                 pair = idx[g * FRAME_FACTOR : (g + 1) * FRAME_FACTOR]
                 t = (pair[0] / fps + pair[-1] / fps) / 2
-                special += self.text_counter(f"<{t:.1f} seconds>") + 2
+                parts += [
+                    ("text", f"<{t:.1f} seconds>"),
+                    ("vision_start", 1),
+                    ("video_pad", per_group),
+                    ("vision_end", 1),
+                ]
         else:
-            special = 2  # <|vision_start|> ... <|vision_end|>
+            parts = [("vision_start", 1), ("video_pad", groups * per_group), ("vision_end", 1)]
+        special = count_template(tuple(parts), self.text_counter)
         return VisionTokens(
             vision=groups * per_group,
             special=special,
             frame_indices=idx,
             resized=(h, w),
             grid=(groups, gh, gw),
+            parts=tuple(parts),
         )
 
     def image(self, *, height: int, width: int) -> VisionTokens:
@@ -228,10 +242,13 @@ class QwenVisionRule(VisionTokenRule):
         )
         h, w = smart_resize(height, width, factor=f, min_pixels=min_px, max_pixels=max_px)
         gh, gw = h // c.patch_size, w // c.patch_size
+        n = gh * gw // (SPATIAL_MERGE_SIZE**2)
+        parts: tuple[TemplatePart, ...] = (("vision_start", 1), ("image_pad", n), ("vision_end", 1))
         return VisionTokens(
-            vision=gh * gw // (SPATIAL_MERGE_SIZE**2),
-            special=2,
+            vision=n,
+            special=count_template(parts, self.text_counter),
             frame_indices=(),
             resized=(h, w),
             grid=(1, gh, gw),
+            parts=parts,
         )

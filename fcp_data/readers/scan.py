@@ -175,6 +175,12 @@ class Scanner:
             return self.counter(self._text(raw.payload["txt"], ".txt caption"))
         if fields is not None and isinstance(fields.get(self.config.caption_field), str):
             return self.counter(fields[self.config.caption_field])
+        if fields is not None and isinstance(fields.get(self.config.caption_field), list):
+            from ..vision.chat import count_chat, is_chat  # a conversation (chat-style sample)
+
+            turns = fields[self.config.caption_field]
+            if is_chat(turns):
+                return count_chat(turns, self.counter)
         return 0
 
     def _video_meta(

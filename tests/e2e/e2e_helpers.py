@@ -1,25 +1,20 @@
-"""Helpers of the end-to-end tests: load an example script (examples/ is not a package)."""
+"""Helpers of the end-to-end tests."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-__all__ = ["REPO", "load_example"]
+import numpy as np
+
+__all__ = ["REPO", "image_colors"]
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load_example(name: str) -> ModuleType:
-    """examples/<name>.py as a module (cached in sys.modules, so spawned children find it)."""
-    key = f"fcp_examples_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, REPO / "examples" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
+def image_colors(path: Path) -> tuple[int, set[tuple[int, int, int]]]:
+    """(pixels, distinct RGB colours) of a PNG."""
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(path)
+    rgb = np.round(img[..., :3] * 255).astype(np.uint8).reshape(-1, 3)
+    return img.shape[0] * img.shape[1], {tuple(int(v) for v in c) for c in np.unique(rgb, axis=0)}

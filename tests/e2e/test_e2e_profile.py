@@ -8,8 +8,18 @@ import numpy as np
 import pytest
 
 from fcp_data.cli import main as fcp_main
+from fcp_data.errors import ConfigError
 from fcp_data.planner import CostModel
-from fcp_data.profiling import fit_compute, fit_p2p, measure_p2p, shipped_profile
+from fcp_data.profiling import (
+    Fit,
+    FitRow,
+    fit_compute,
+    fit_p2p,
+    fit_warnings,
+    measure_p2p,
+    resolve_cost,
+    shipped_profile,
+)
 from fcp_data.profiling.fit import nonneg_relative_lstsq
 
 
@@ -79,5 +89,61 @@ def test_shipped_cpu_profile_loads_and_its_errors_recompute_from_its_points() ->
     assert refit.coef["alpha2"] == pytest.approx(cost.alpha2, rel=1e-6)
     assert refit.max_abs_error == pytest.approx(prof["compute_fit"]["max_abs_error"], rel=1e-6)
     assert len(pts) >= 5 and prof["p2p_fit"] is not None
-    with pytest.raises(FileNotFoundError, match="cpu-small"):
+    with pytest.raises(ConfigError, match=r"shipped: .*cpu-small"):
         shipped_profile("no-such-profile")
+    assert resolve_cost("cpu-small") == path
+
+
+def test_fit_warnings_name_each_kind_of_degenerate_fit() -> None:
+    s = np.array([256, 512, 1024, 2048])
+    clean = fit_compute(s, 2e-8 * s**2 + 5e-5 * s + 1e-3)
+    assert fit_warnings(clean, "compute fit") == []
+    linear = fit_compute(s, 5e-5 * s)  # no quadratic, no constant: both fitted as exactly 0
+    (zero,) = fit_warnings(linear, "compute fit")
+    assert "alpha1, beta1 fitted as 0" in zero
+    exact = fit_compute(s[:3], [0.01, 0.03, 0.05])
+    assert any("3 point(s) for 3 coefficients" in w for w in fit_warnings(exact, "c"))
+    rows = (FitRow(x=1, measured=6, predicted=6), FitRow(x=2, measured=1, predicted=1))
+    few = Fit(coef={"a": 1.0, "b": 2.0, "c": 3.0}, rows=rows)
+    assert any("2 point(s) for 3 coefficients" in w for w in fit_warnings(few, "c"))
+    off = fit_compute(s, (2e-8 * s**2 + 5e-5 * s) * np.array([1.0, 1.6, 1.0, 0.7]))
+    (bad,) = [w for w in fit_warnings(off, "compute fit") if "off by more than 25%" in w]
+    assert "512 (" in bad
+
+
+def _planted_profile():
+    from fcp_data.planner import CostModel
+    from fcp_data.profiling import ComputePoint, Profile
+
+    s = [256, 512, 1024]
+    times = [0.010, 0.030, 0.040]  # not a quadratic: the fit misses the middle point
+    points = tuple(ComputePoint(seqlen=n, attention_s=t / 2, linear_s=t / 2)
+                   for n, t in zip(s, times))  # fmt: skip
+    fit = fit_compute(s, times)
+    cost = CostModel(alpha1=max(fit.coef["alpha1"], 1e-12), alpha2=fit.coef["alpha2"],
+                     name="planted")  # fmt: skip
+    return Profile(cost=cost, compute=fit, points=points)
+
+
+def test_fcp_profile_warns_on_a_planted_degenerate_fit_and_logs_progress(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    import fcp_data.profiling.measure as measure
+
+    def fake_run_profile(config, *, on_step=None):
+        for s in config.seqlens:
+            on_step(f"attention s={s}")
+        return _planted_profile()
+
+    monkeypatch.setattr(measure, "run_profile", fake_run_profile)
+    out = tmp_path / "p.json"
+    argv = ["profile", "--lengths", "256", "512", "1024", "--no-p2p", "-o", str(out)]
+    assert fcp_main(argv) == 0
+    captured = capsys.readouterr()
+    # stdout is not a terminal here: one progress line per measured point
+    for i, s in enumerate((256, 512, 1024), 1):
+        assert f"[{i}/9] attention s={s} (" in captured.out
+    warnings = [ln for ln in captured.err.splitlines() if ln.startswith("fcp profile: warning:")]
+    assert any("3 point(s) for 3 coefficients" in w for w in warnings), captured.err
+    assert any("off by more than 25%: 512 (-27%)" in w for w in warnings), captured.err
+    assert str(out) in captured.out

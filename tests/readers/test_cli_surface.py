@@ -43,6 +43,8 @@ def test_make_shards_options_frozen() -> None:
     assert _options("make-shards") == {
         "-h",
         "--help",
+        "-o",
+        "--output",
         "--text",
         "--video",
         "--seed",

@@ -117,6 +117,7 @@ def test_cli_make_shards(tmp_path: Path) -> None:
         main(
             [
                 "make-shards",
+                "-o",
                 str(tmp_path / "o"),
                 "--text",
                 "5",

@@ -1,0 +1,97 @@
+"""Bars on a replica x time chart, under the planner simulator's execution model.
+
+A CP group starts when all its members are free and occupies them for its predicted time; a
+barrier wave synchronises every replica (see fcp_data.planner.simulate). The last bar's end is
+therefore the plan's simulated makespan, which the tests check against `score_plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..planner import Cluster, CostModel, Plan
+
+__all__ = ["Bar", "WaveSpan", "timeline", "wave_spans"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Bar:
+    """One CP group on the timeline (the simulator's start time and predicted duration)."""
+
+    wave: int
+    replicas: tuple[int, ...]
+    degree: int
+    num_sequences: int
+    tokens: int
+    start: float
+    duration: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class WaveSpan:
+    """When one wave runs: from its first group's start to its last group's end."""
+
+    wave: int
+    start: float
+    end: float
+    barrier: bool
+
+
+def timeline(
+    plan: Plan, seqlens: np.ndarray, cluster: Cluster, cost: CostModel, causal: np.ndarray
+) -> tuple[list[Bar], list[float]]:
+    """Bars of every CP group and the times of the barriers (one per barrier wave)."""
+    speed = cluster.speeds()
+    free = np.zeros(cluster.num_replicas)
+    bars: list[Bar] = []
+    barriers: list[float] = []
+    for w, wave in enumerate(plan.waves):
+        for g in wave.groups:
+            ids, reps = list(g.sequence_ids), list(g.replicas)
+            t = cost.group_time(
+                seqlens[ids],
+                g.degree,
+                causal=causal[ids],
+                inter_node=cluster.spans_nodes(reps),
+                speed=float(speed[reps].min()),
+            )
+            start = float(free[reps].max())
+            free[reps] = start + t
+            bars.append(
+                Bar(
+                    wave=w,
+                    replicas=tuple(reps),
+                    degree=g.degree,
+                    num_sequences=len(ids),
+                    tokens=g.num_tokens,
+                    start=start,
+                    duration=t,
+                )
+            )
+        if wave.barrier:
+            free[:] = free.max()
+            barriers.append(float(free.max()))
+    return bars, barriers
+
+
+def wave_spans(plan: Plan, bars: list[Bar]) -> list[WaveSpan]:
+    """One span per non-empty wave, in wave order (spans of barrier-free waves may overlap)."""
+    spans: list[WaveSpan] = []
+    for w, wave in enumerate(plan.waves):
+        mine = [b for b in bars if b.wave == w]
+        if mine:
+            spans.append(
+                WaveSpan(
+                    wave=w,
+                    start=min(b.start for b in mine),
+                    end=max(b.end for b in mine),
+                    barrier=wave.barrier,
+                )
+            )
+    return spans

@@ -1,0 +1,112 @@
+"""The whole picture: one panel per strategy, the degree table, a legend; and where it goes.
+
+Panels grow with the cluster so that one replica row stays >= 5 pt tall (a d = 1 group is one
+row): 2.4 in for up to ~25 replicas, 0.07 in per replica above that. Files are never silently
+overwritten: `free_path` picks `plan.png`, else `plan-1.png`, `plan-2.png`, ... unless the
+caller forces the given name (`fcp view --force`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..planner import Cluster, CostModel
+from ..planner.compare import StrategyResult
+from .bars import timeline, wave_spans
+from .batch import Batch
+from .colors import degree_color
+from .gantt import draw_degree_table, draw_panel
+
+__all__ = ["draw", "free_path"]
+
+
+def free_path(path: str | Path, *, force: bool = False) -> Path:
+    """`path` if it does not exist (or `force`), else the first free `stem-K.suffix`, K >= 1."""
+    p = Path(path)
+    if force or not p.exists():
+        return p
+    for k in range(1, 10_000):
+        q = p.with_name(f"{p.stem}-{k}{p.suffix}")
+        if not q.exists():
+            return q
+    raise ConfigError(f"{p} and 9,999 numbered variants exist; pass another -o or --force")
+
+
+def _panel_height(num_replicas: int) -> float:
+    return max(2.4, 0.07 * num_replicas + 0.6)
+
+
+def draw(
+    results: list[StrategyResult],
+    batch: Batch,
+    cluster: Cluster,
+    cost: CostModel,
+    path: str | Path,
+    *,
+    title: str = "",
+    force: bool = False,
+) -> Path:
+    """Write the comparison PNG (Agg backend, no display needed); returns the path written,
+    which is `path` or a numbered variant of it (see `free_path`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    ok = [r for r in results if r.plan is not None]
+    if not ok:
+        raise ConfigError(
+            f"no strategy produced a plan: {[r.error for r in results]}; raise "
+            "--tokens-per-replica or --replicas so the longest sequence fits"
+        )
+    n = cluster.num_replicas
+    xmax = 1.04 * max(r.makespan for r in ok)
+    panel = _panel_height(n)
+    height = (panel + 0.8) * len(ok) + 1.2
+    fig = plt.figure(figsize=(17, height), dpi=110)
+    grid = fig.add_gridspec(
+        len(ok),
+        2,
+        width_ratios=(4.2, 1),
+        hspace=0.8 / (panel + 0.8) * 1.6,
+        wspace=0.1,
+        top=1 - 0.9 / height,
+        bottom=0.75 / height,
+    )
+    axes = [fig.add_subplot(grid[i, 0]) for i in range(len(ok))]
+    for ax, res in zip(axes, ok):
+        assert res.plan is not None
+        bars, _ = timeline(res.plan, batch.seqlens, cluster, cost, batch.causal)
+        draw_panel(ax, res, bars, wave_spans(res.plan, bars), n, xmax)
+    axes[-1].set_xlabel("predicted time (s)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    degrees = sorted({d for r in ok if r.plan is not None for d in r.plan.degrees})
+    handles += [Patch(facecolor=degree_color(d), label=f"d={d}") for d in degrees]
+    labels += [f"d={d}" for d in degrees]
+    fig.legend(
+        handles,
+        labels,
+        loc="lower left",
+        ncol=min(12, len(labels)),
+        fontsize=9,
+        frameon=False,
+        bbox_to_anchor=(0.05, 0.0),
+    )
+    draw_degree_table(fig.add_subplot(grid[:, 1]), ok)
+    lens = batch.seqlens
+    fig.suptitle(
+        title
+        or f"{batch.label}: {lens.size} sequences (max {int(lens.max()):,}, mean "
+        f"{float(lens.mean()):,.0f} tokens) on {n} replicas · {cost.name}",
+        fontsize=12,
+        x=0.05,
+        y=1 - 0.2 / height,
+        ha="left",
+    )
+    out = free_path(path, force=force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, bbox_inches="tight")
+    plt.close(fig)
+    return out

@@ -1,0 +1,186 @@
+"""One strategy's panel (replicas x predicted time) and the groups-per-degree table.
+
+Legibility rules, in points of the rendered axes: a bar is at least 1.2 pt wide (a d = 1 group
+of a short sequence on a long timeline would otherwise vanish) and loses its white outline
+when it is under 4 pt in either direction (the outline would cover it). A label is the long
+"d=4 · 12 seq" where it fits, the bare degree "4" where only that fits, and nothing otherwise;
+the fit is measured as 0.62 x font size per character and font size + 1 pt of height.
+Waves: a bracket per wave above the axes (labelled w0, w1, ... where there is room) and a
+vertical line where each wave after the first starts (solid at a barrier, dotted otherwise).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from ..planner.compare import StrategyResult
+from .bars import Bar, WaveSpan
+from .colors import degree_color, text_color
+
+__all__ = ["axes_points", "draw_degree_table", "draw_panel", "label_for"]
+
+FONT = 7.0
+CHAR_W = 0.62  # average glyph width / font size of matplotlib's default sans at small sizes
+MIN_BAR_PT = 1.2
+
+
+def axes_points(ax: Any) -> tuple[float, float]:
+    """Width and height of an axes in points (its window extent at the figure's dpi)."""
+    box = ax.get_window_extent()
+    dpi = ax.figure.dpi
+    return box.width * 72 / dpi, box.height * 72 / dpi
+
+
+def label_for(bar: Bar, width_pt: float, height_pt: float) -> str:
+    """The longest label of `bar` that fits a box of this size ("" when none does)."""
+    if height_pt < FONT + 1:
+        return ""
+    for text in (f"d={bar.degree} · {bar.num_sequences} seq", f"d={bar.degree}", str(bar.degree)):
+        if len(text) * CHAR_W * FONT + 2 <= width_pt:
+            return text
+    return ""
+
+
+def _runs(replicas: Sequence[int]) -> list[tuple[int, int]]:
+    """Contiguous (first, count) runs of sorted replica indices: one rectangle each."""
+    out: list[tuple[int, int]] = []
+    for r in sorted(replicas):
+        if out and out[-1][0] + out[-1][1] == r:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((r, 1))
+    return out
+
+
+def _rect(xy: tuple[float, float], w: float, h: float, color: Any, outline: bool) -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle(
+        xy,
+        w,
+        h,
+        facecolor=color,
+        edgecolor="white" if outline else "none",
+        linewidth=0.6 if outline else 0.0,
+    )
+
+
+def _waves(ax: Any, spans: list[WaveSpan], pt_per_s: float) -> None:
+    trans = ax.get_xaxis_transform()  # x in data, y in axes fraction
+    label_end = [-1e9, -1e9]  # right edge (pt) of the last label in each of the two rows
+    for i, sp in enumerate(spans):
+        if i:
+            ax.axvline(
+                sp.start, color="0.35", lw=0.7, ls="-" if spans[i - 1].barrier else ":", zorder=3
+            )
+        row = i % 2  # alternate rows: spans of barrier-free waves overlap
+        y = 1.015 + 0.035 * row
+        ax.plot([sp.start, sp.end], [y, y], color="0.3", lw=1.0, transform=trans, clip_on=False)
+        for x in (sp.start, sp.end):
+            ax.plot(
+                [x, x], [y - 0.012, y + 0.012], color="0.3", lw=1.0, transform=trans, clip_on=False
+            )
+        text = f"w{sp.wave}"
+        need = len(text) * CHAR_W * FONT + 4
+        mid = (sp.start + sp.end) / 2 * pt_per_s
+        if (sp.end - sp.start) * pt_per_s >= need and mid - need / 2 >= label_end[row]:
+            label_end[row] = mid + need / 2
+            ax.text(
+                (sp.start + sp.end) / 2,
+                y + 0.004,
+                text,
+                transform=trans,
+                ha="center",
+                va="bottom",
+                fontsize=FONT - 0.5,
+                color="0.2",
+                clip_on=False,
+            )
+
+
+def draw_panel(
+    ax: Any,
+    res: StrategyResult,
+    bars: list[Bar],
+    spans: list[WaveSpan],
+    num_replicas: int,
+    xmax: float,
+) -> None:
+    """Bars of one plan, its waves, the lower bound and the makespan, and a one-line title."""
+    ax.set_xlim(0, xmax)
+    ax.set_ylim(num_replicas - 0.5, -0.5)
+    width_pt, height_pt = axes_points(ax)
+    pt_per_s, pt_per_row = width_pt / xmax, height_pt / num_replicas
+    min_w = MIN_BAR_PT / pt_per_s
+    for b in bars:
+        c = degree_color(b.degree)
+        w = max(b.duration, min_w)
+        runs = _runs(b.replicas)
+        for first, count in runs:
+            outline = w * pt_per_s >= 4 and count * pt_per_row >= 4
+            ax.add_patch(_rect((b.start, first - 0.5), w, count, c, outline))
+        first, count = max(runs, key=lambda fc: fc[1])
+        text = label_for(b, b.duration * pt_per_s, count * pt_per_row)
+        if text:
+            ax.text(
+                b.start + b.duration / 2,
+                first + (count - 1) / 2,
+                text,
+                ha="center",
+                va="center",
+                fontsize=FONT,
+                color=text_color(c),
+                clip_on=True,
+            )
+    _waves(ax, spans, pt_per_s)
+    ax.axvline(res.lower_bound, color="crimson", ls="--", lw=1.2, label="lower bound", zorder=4)
+    ax.axvline(res.makespan, color="black", ls=":", lw=1.0, label="makespan", zorder=4)
+    assert res.plan is not None
+    waves = res.plan.num_waves
+    ax.set_title(
+        f"{res.strategy}: makespan {res.makespan:.3g} s = {res.ratio:.2f}× lower bound "
+        f"{res.lower_bound:.3g} s · utilisation {res.utilization:.0%} · "
+        f"{len(res.plan.groups)} CP groups, {waves} wave{'s' if waves > 1 else ''}",
+        loc="left",
+        fontsize=10,
+        pad=22,
+    )
+    ax.set_ylabel("replica")
+
+
+def draw_degree_table(ax: Any, ok: list[StrategyResult]) -> None:
+    """Groups and share of tokens per degree, one column per strategy (the paper's Table 6)."""
+    degrees = sorted({d for r in ok if r.plan is not None for d in r.plan.degrees})
+    for j, res in enumerate(ok):
+        assert res.plan is not None
+        groups = Counter(res.plan.degrees)
+        tokens: Counter[int] = Counter()
+        for g in res.plan.groups:
+            tokens[g.degree] += g.num_tokens
+        total = max(1, sum(tokens.values()))
+        for i, d in enumerate(degrees):
+            if not groups.get(d):
+                ax.text(j, i, "·", ha="center", va="center", color="0.6")
+                continue
+            c = degree_color(d)
+            ax.add_patch(_rect((j - 0.47, i - 0.45), 0.94, 0.9, c, True))
+            ax.text(
+                j,
+                i,
+                f"{groups[d]}\n{tokens[d] / total:.0%} tok",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color=text_color(c),
+            )
+    ax.set_xlim(-0.5, len(ok) - 0.5)
+    ax.set_ylim(len(degrees) - 0.5, -0.5)
+    ax.set_xticks(range(len(ok)), [r.strategy.replace("-", "-\n", 1) for r in ok], fontsize=8)
+    ax.set_yticks(range(len(degrees)), [str(d) for d in degrees])
+    ax.set_ylabel("CP degree")
+    ax.set_title("CP groups per degree\n(and share of tokens)", fontsize=10)
+    ax.tick_params(length=0)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)

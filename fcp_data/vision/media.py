@@ -1,0 +1,127 @@
+"""Decode exactly the frames, images and tiles a replica's encoder units need, or say why not.
+
+Frames come from PyAV by index and must all exist: a file that decodes fewer frames than its
+index entry promised (a header that over-reports, a cut file) is an error naming both counts,
+never a silently repeated last frame, because the index's token count and every replica's
+positions were computed from the promised count. Video frames are resized like qwen-vl-utils
+(bicubic with antialias on float, rounded to uint8); images and InternVL tiles with Pillow's
+bicubic resize, as the Hugging Face Pillow processors and InternVL's dynamic_preprocess do.
+
+Images in modes other than RGB are composited over white through RGBA (transformers'
+convert_to_rgb; qwen-vl-utils does the same for RGBA): CMYK, P, L, LA, RGBA all work. Modes with
+more than 8 bits per channel (I;16, I, F) have no agreed 8-bit meaning and are refused.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["decode_video_frames", "internvl_tiles", "load_image", "resize_frames"]
+
+REFUSED_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
+
+
+def decode_video_frames(data: bytes, indices: Sequence[int]) -> np.ndarray:
+    """uint8 (len(indices), H, W, 3) source frames `indices` (repeats allowed) of `data`."""
+    import av
+
+    wanted = sorted(set(int(i) for i in indices))
+    if not wanted or wanted[0] < 0:
+        raise ValueError(f"frame indices {wanted[:4]} must be non-empty and >= 0")
+    got: dict[int, np.ndarray] = {}
+    last_seen = -1
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            for i, frame in enumerate(container.decode(video=0)):
+                last_seen = i
+                if i in wanted:
+                    got[i] = frame.to_ndarray(format="rgb24")
+                if i >= wanted[-1]:
+                    break
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        raise ValueError(
+            f"frame decoding failed after source frame {last_seen} ({type(e).__name__}: {e}); "
+            "the file is corrupt: re-encode it or drop the sample (on_error='skip' counts it)"
+        ) from e
+    missing = [i for i in wanted if i not in got]
+    if missing:
+        raise ValueError(
+            f"the video decodes {last_seen + 1} frames but the index samples frame {missing[0]} "
+            f"(of {len(wanted)} wanted): its frame count differs from the index's; re-probe "
+            "it (rebuild the index without a sidecar num_frames, or fix the sidecar)"
+        )
+    return np.stack([got[int(i)] for i in indices])
+
+
+def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """uint8 (T, H, W, 3) -> (T, h, w, 3): bicubic with antialias on float, rounded, clamped."""
+    import torch
+
+    h, w = size
+    if frames.shape[1:3] == (h, w):
+        return frames
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
+    x = torch.nn.functional.interpolate(
+        x, size=(h, w), mode="bicubic", antialias=True, align_corners=False
+    )
+    return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def load_image(data: bytes) -> object:
+    """A Pillow RGB image; other 8-bit modes composited over white, 16/32-bit modes refused."""
+    from PIL import Image
+
+    try:
+        im = Image.open(io.BytesIO(data))
+        im.load()
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
+        raise ValueError(f"image does not decode ({type(e).__name__}: {e}); re-encode it") from e
+    if im.mode == "RGB":
+        return im
+    if im.mode in REFUSED_MODES:
+        raise ValueError(
+            f"image mode {im.mode!r} (more than 8 bits per channel) is not supported: the "
+            "processors expect 8-bit RGB; convert it (e.g. to 8-bit RGB PNG) when writing shards"
+        )
+    rgba = im.convert("RGBA")
+    white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(white, rgba).convert("RGB")
+
+
+def resize_image(im: object, size: tuple[int, int]) -> np.ndarray:
+    """uint8 (h, w, 3) of a Pillow image resized bicubically to size = (h, w)."""
+    from PIL import Image
+
+    h, w = size
+    if im.size != (w, h):  # type: ignore[attr-defined]
+        im = im.resize((w, h), Image.Resampling.BICUBIC)  # type: ignore[attr-defined]
+    return np.asarray(im)
+
+
+def internvl_tiles(
+    im: object, *, rows: int, cols: int, thumbnail: bool, tiles: Sequence[int], side: int = 448
+) -> np.ndarray:
+    """uint8 (len(tiles), side, side, 3): tiles of InternVL's dynamic_preprocess, by index.
+
+    The image is resized to (cols*side, rows*side) and cut row-major; index rows*cols is the
+    thumbnail (the whole image resized to side x side), present when `thumbnail` and >1 tile.
+    """
+    grid = (
+        resize_image(im, (rows * side, cols * side))
+        if any(t < rows * cols for t in tiles)
+        else None
+    )
+    out = []
+    for t in tiles:
+        if t < rows * cols:
+            r, c = divmod(int(t), cols)
+            assert grid is not None
+            out.append(grid[r * side : (r + 1) * side, c * side : (c + 1) * side])
+        elif thumbnail and t == rows * cols and rows * cols > 1:
+            out.append(resize_image(im, (side, side)))
+        else:
+            raise ValueError(f"tile {t} outside the {rows}x{cols} grid (+thumbnail={thumbnail})")
+    return np.stack(out)

@@ -1,0 +1,100 @@
+"""How the loader builds real vision-language micro-batches (`LoaderOptions.vision`).
+
+Defaults follow each family's published processors and fine-tuning code:
+
+* `tokens_per_second` 2: Qwen2.5-VL's fine-tuning code (rope2d.py) and NeMo's provider; the
+  transformers vision-config class default is 4, so set it to your checkpoint's config value.
+* `second_per_grid` "measured": 2 / sample_fps with sample_fps = sampled / total * fps, what
+  qwen-vl-utils passes to the processor; "constant" is temporal_patch_size / processor fps
+  (Qwen's fine-tuning data processor), 1.0 s at the default 2 fps.
+* `next_text` "max+1": the text after a video starts one past the largest id of the video
+  (Qwen's code); "spatial" reproduces the installed transformers 5.x get_rope_index.
+* `mean`/`std` None: CLIP statistics for Qwen2/2.5-VL, 0.5 for Qwen3-VL, ImageNet for InternVL.
+* `loss_on_template` False: labels that would predict template or vision tokens are ignored
+  (loss on text only); True keeps template text (timestamps, frame labels) in the loss.
+* `chat` False: a caption field holding a conversation (fcp_data.vision.chat) is encoded only
+  when True; the loss is then on the turns whose role is in `chat_loss_roles` (assistant), and
+  the global loss count reads each media sample's small .json member (not its media).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .pixels import CLIP_MEAN, CLIP_STD, HALF_MEAN, HALF_STD, IMAGENET_MEAN, IMAGENET_STD
+from .tokens import SpecialTokenIds
+
+__all__ = ["FamilySpec", "VisionOptions", "family_spec"]
+
+
+@dataclass(kw_only=True, slots=True)
+class VisionOptions:
+    """Settings of the real-template, pixel-payload and M-RoPE path (see module docstring)."""
+
+    token_ids: SpecialTokenIds | None = None
+    tokens_per_second: float = 2.0
+    second_per_grid: Literal["measured", "constant"] = "measured"
+    processor_fps: float = 2.0
+    next_text: Literal["max+1", "spatial"] = "max+1"
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    loss_on_template: bool = False
+    chat: bool = False
+    chat_loss_roles: tuple[str, ...] = ("assistant",)
+    payload: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FamilySpec:
+    """What a rule's family fixes: patch, merge, temporal patch, statistics, rope kind."""
+
+    family: str
+    patch: int
+    merge: int
+    temporal: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    rope: Literal["mrope", "mrope-groups", "1d"]
+    time_scaled: bool  # Qwen2.5-VL: temporal ids scaled by tokens_per_second * second_per_grid
+
+
+def family_spec(rule_name: str, patch_size: int = 14) -> FamilySpec:
+    """The spec for rule `rule_name` (patch_size from the rule's config for Qwen)."""
+    if rule_name == "internvl":
+        return FamilySpec(
+            family="internvl",
+            patch=14,
+            merge=2,
+            temporal=1,
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+            rope="1d",
+            time_scaled=False,
+        )
+    if rule_name == "qwen3-vl":
+        return FamilySpec(
+            family="qwen",
+            patch=patch_size,
+            merge=2,
+            temporal=2,
+            mean=HALF_MEAN,
+            std=HALF_STD,
+            rope="mrope-groups",
+            time_scaled=False,
+        )
+    if rule_name in ("qwen2-vl", "qwen2.5-vl"):
+        return FamilySpec(
+            family="qwen",
+            patch=patch_size,
+            merge=2,
+            temporal=2,
+            mean=CLIP_MEAN,
+            std=CLIP_STD,
+            rope="mrope",
+            time_scaled=rule_name == "qwen2.5-vl",
+        )
+    raise ValueError(
+        f"vision rule {rule_name!r} has no payload spec; allowed: qwen2-vl, qwen2.5-vl, "
+        "qwen3-vl, internvl"
+    )

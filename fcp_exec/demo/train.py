@@ -1,0 +1,256 @@
+"""The demo training job: one gloo process per replica, FCPDataLoader + cp_context + ring attention.
+
+Every replica's FCPDataLoader plans the same global batch (no collective) and yields only its
+own zigzag shards; `cp_context` binds each wave's CP group into megatron-core; after the last
+wave the gradient is summed over all replicas (the loss is divided by the global batch's
+loss-token count, so the sum is the exact per-token mean) and Adam steps. Each step records its
+plan (waves, degrees) and the planner's predicted time beside the measured one: the slowest
+replica's forward + backward time over the waves, what the prediction covers (the gradient
+all-reduce and the optimizer step are in neither).
+
+Optional second passes over the same batches, from the same initial weights: `baseline` (e.g.
+"static": the measured price of one fixed CP degree) and `no_cp` (every sequence at degree 1:
+ring attention is exact, so the loss differs by float rounding only).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fcp_data.errors import ConfigError, ExecError
+
+from .parts import build_loader, build_model
+
+__all__ = ["TrainConfig", "TrainReport", "launch", "worker"]
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    """One training run. Source: `index` (a length index dir), else `shards`, else sample
+    shards made under `out` (make_shards: `text` stdlib files, `video` small mp4 clips)."""
+
+    replicas: int = 4
+    steps: int = 6
+    global_batch: int = 8
+    max_tokens: int = 4096
+    tokens_per_replica: int = 1024
+    lr: float = 5e-3
+    seed: int = 0
+    strategy: str = "fcp"
+    baseline: str = ""
+    cost: str = "cpu-small"
+    index: str | None = None
+    shards: list[str] = field(default_factory=list)
+    out: str | None = None
+    text: int = 48
+    video: int = 8
+    no_cp: bool = False
+    workers: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("replicas", "steps", "global_batch", "max_tokens", "tokens_per_replica"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"TrainConfig.{name}={v!r} must be an integer >= 1")
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainReport:
+    """Per-step records from rank 0 (loss, waves, degrees, predicted and measured seconds)."""
+
+    steps: list[dict[str, Any]]
+    baseline_steps: list[dict[str, Any]]
+    no_cp_steps: list[dict[str, Any]]
+    wall_s: float
+
+
+def _epochs(loader: Any) -> Iterator[Any]:
+    """Micro-batches of epoch 0, 1, 2, ... back to back (a short index runs out in 5 steps)."""
+    epoch = 0
+    while True:
+        loader.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def _train(cfg: TrainConfig, rank: int, cache: Any, strategy: str, no_cp: bool) -> list[dict]:
+    import torch
+    import torch.distributed as dist
+
+    from .. import cp_context
+    from ..grads import all_reduce_gradients
+    from ..megatron import packed_seq_params
+
+    model = build_model(cfg.seed)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    loader = build_loader(cfg, rank, strategy=strategy, no_cp=no_cp)
+    name = "no-cp" if no_cp else strategy
+    records: list[dict] = []
+    loss_sum, busy, t_step = torch.zeros(()), 0.0, time.perf_counter()
+    for mb in _epochs(loader):
+        with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups, verify=not records):
+            if not mb.is_empty:
+                t0 = time.perf_counter()
+                out = model(
+                    mb.tokens[None],
+                    mb.position_ids[None],
+                    None,
+                    labels=mb.labels[None],
+                    packed_seq_params=packed_seq_params(mb),
+                )
+                loss = (out[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
+                loss.backward()
+                busy += time.perf_counter() - t0
+                loss_sum += loss.detach()
+        if not mb.is_last_wave:
+            continue
+        all_reduce_gradients(model)  # a sum: each replica holds exact per-token shares
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        stats = torch.tensor([float(loss_sum), busy, time.perf_counter() - t_step])
+        dist.all_reduce(stats[:1])
+        dist.all_reduce(stats[1:], op=dist.ReduceOp.MAX)
+        m = loader.metrics
+        assert m is not None
+        records.append(
+            {
+                "step": len(records) + 1,
+                "loss": float(stats[0]),
+                "waves": m.num_waves,
+                "degrees": sorted(m.degrees, reverse=True),
+                "tokens": m.num_tokens,
+                "predicted_s": m.predicted_time,
+                "measured_s": float(stats[1]),
+                "wall_s": float(stats[2]),
+            }
+        )
+        if rank == 0:
+            r = records[-1]
+            mix = " ".join(
+                f"⟨{d}⟩×{r['degrees'].count(d)}" for d in sorted(set(r["degrees"]), reverse=True)
+            )
+            print(
+                f"{name:>6} step {r['step']}: loss {r['loss']:.4f} | {r['tokens']} tokens, "
+                f"{r['waves']} wave(s) {mix} | predicted {r['predicted_s']:.3f} s, measured "
+                f"{r['measured_s']:.3f} s",
+                flush=True,
+            )
+        loss_sum, busy, t_step = torch.zeros(()), 0.0, time.perf_counter()
+        if len(records) == cfg.steps:
+            break
+    return records
+
+
+def worker(cfg: TrainConfig, report: str | None) -> None:
+    """One replica's process: RANK / WORLD_SIZE / MASTER_* from the environment (torchrun)."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from .. import CPGroupCache, ReplicaRanks
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world != cfg.replicas:
+        raise ConfigError(f"--replicas {cfg.replicas} but WORLD_SIZE={world}; make them equal")
+    ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+    cache = CPGroupCache(ReplicaRanks(world_size=world), capacity=128)
+    steps = _train(cfg, rank, cache, cfg.strategy, no_cp=False)
+    base = _train(cfg, rank, cache, cfg.baseline, no_cp=False) if cfg.baseline else []
+    no_cp = _train(cfg, rank, cache, cfg.strategy, no_cp=True) if cfg.no_cp else []
+    if rank == 0 and no_cp:
+        for a, b in zip(steps, no_cp):
+            print(
+                f"step {a['step']}: loss {cfg.strategy} {a['loss']:.6f}, no-cp {b['loss']:.6f},"
+                f" |diff| {abs(a['loss'] - b['loss']):.2e}"
+            )
+    if rank == 0 and report:
+        Path(report).write_text(
+            json.dumps({"steps": steps, "baseline_steps": base, "no_cp_steps": no_cp})
+        )
+    cache.clear()
+    ps.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+def _prepare_source(cfg: TrainConfig) -> TrainConfig:
+    """Make and index sample shards when the config names no source (before processes start)."""
+    if cfg.index or cfg.shards:
+        return cfg
+    from fcp_data.readers import build_index, make_shards
+
+    root = Path(cfg.out or tempfile.mkdtemp(prefix="fcp-train-"))
+    paths = make_shards(
+        root / "shards", text=cfg.text, video=cfg.video, seed=cfg.seed, samples_per_shard=32
+    )
+    build_index([str(p) for p in paths], root / "index")
+    cfg.index = str(root / "index")
+    return cfg
+
+
+def launch(cfg: TrainConfig, *, timeout_s: float = 600.0) -> TrainReport:
+    """Run `cfg.replicas` processes of `python -m fcp_exec.demo` on this host (what torchrun
+    does: RANK, WORLD_SIZE, MASTER_ADDR/PORT in the environment); exit codes are checked."""
+    from ..launch import free_port
+
+    cfg = _prepare_source(cfg)
+    port = free_port()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        report, config = Path(tmp) / "report.json", Path(tmp) / "config.json"
+        config.write_text(json.dumps(asdict(cfg)))
+        procs = []
+        for r in range(cfg.replicas):
+            env = {
+                **os.environ,
+                "RANK": str(r),
+                "LOCAL_RANK": str(r),
+                "OMP_NUM_THREADS": "1",
+                "WORLD_SIZE": str(cfg.replicas),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "PYTHONWARNINGS": "ignore",
+            }
+            cmd = [
+                sys.executable,
+                "-m",
+                "fcp_exec.demo",
+                "--config",
+                str(config),
+                "--report",
+                str(report),
+            ]
+            procs.append(
+                subprocess.Popen(cmd, env=env, stdout=None if r == 0 else subprocess.DEVNULL)
+            )
+        deadline = time.monotonic() + timeout_s
+        codes = []
+        for p in procs:
+            try:
+                codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise ExecError(f"training did not finish within {timeout_s:.0f} s") from None
+        if any(codes):
+            for q in procs:
+                q.kill()
+            raise ExecError(f"training processes exited with codes {codes} (see stderr)")
+        data = json.loads(report.read_text())
+    return TrainReport(
+        steps=data["steps"],
+        baseline_steps=data["baseline_steps"],
+        no_cp_steps=data["no_cp_steps"],
+        wall_s=time.perf_counter() - t0,
+    )
