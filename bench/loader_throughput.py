@@ -14,7 +14,9 @@ plain loader on one replica; FCP on N replicas with plain data parallelism on N 
 batch on), which a long epoch amortises. Planning share = planner time / (planner + read +
 collate time) inside the workers. Every FCP replica plans every global batch (no collective),
 and every member of a degree-d CP group reads and tokenizes the group's whole sequences, so
-per-replica work does not shrink by 1/N the way plain data parallelism's does.
+per-replica work does not shrink by 1/N the way plain data parallelism's does. The "token
+store" rows load from an index built with `store_tokens=True`: text ids were written once at
+index time, and each replica slices only the zigzag chunks it holds (no tokenizer runs).
 
     .venv/bin/python bench/loader_throughput.py [--samples 600] [--workers 2] [--replicas 4]
 """
@@ -125,7 +127,9 @@ def run_plain_dp(urls: list[str], n: int, gbs: int, workers: int, repeat: int) -
     }
 
 
-def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any, repeat: int) -> dict[str, float]:
+def run_fcp(
+    index: Any, n: int, gbs: int, workers: int, cost: Any, repeat: int, store: bool = False
+) -> dict[str, float]:
     from fcp_data.loader import FCPDataLoader, LoaderOptions
     from fcp_data.planner import Cluster
 
@@ -140,7 +144,7 @@ def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any, repeat: int) 
             global_batch_size=gbs,
             num_workers=workers,
             tokenizer=ByteTokenizer(),
-            options=LoaderOptions(shuffle=False),
+            options=LoaderOptions(shuffle=False, token_store=store),
         )
         for _ in zip(range(2), ld):  # warm-up epoch start (planner kernels, page cache)
             pass
@@ -159,6 +163,7 @@ def run_fcp(index: Any, n: int, gbs: int, workers: int, cost: Any, repeat: int) 
         batches = len(ld.metrics_history) // repeat
     return {
         "replicas": n,
+        "token_store": store,
         "tokens": real_tokens,
         "slowest_s": max(times),
         "sum_s": sum(times),
@@ -195,13 +200,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         urls = [str(p) for p in paths]
         counter = CallableCounter(ByteTokenizer(), spec=ByteTokenizer.spec)
         index = build_index(urls, Path(tmp) / "index", counter=counter)
+        stored = build_index(urls, Path(tmp) / "stored", counter=counter, store_tokens=True)
         cost = CostModel.from_model("qwen3-1.7b", "cpu")
         plain_tokens, plain_s, plain_steady = run_plain(
             urls, args.global_batch, args.workers, args.repeat
         )
         dp = run_plain_dp(urls, args.replicas, args.global_batch, args.workers, args.repeat)
         rows = [
-            run_fcp(index, n, args.global_batch, args.workers, cost, args.repeat)
+            run_fcp(idx, n, args.global_batch, args.workers, cost, args.repeat, store=idx is stored)
+            for idx in (index, stored)
             for n in (1, args.replicas)
         ]
     plain_tps, plain_steady_tps = plain_tokens / plain_s, plain_tokens / plain_steady
@@ -227,7 +234,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "steady_ratio_to_plain": r["steady_tokens_per_s"] / base["steady_tokens_per_s"],
             }
             for r, base in zip(
-                rows, ({"tokens_per_s": plain_tps, "steady_tokens_per_s": plain_steady_tps}, dp)
+                rows,
+                [{"tokens_per_s": plain_tps, "steady_tokens_per_s": plain_steady_tps}, dp] * 2,
             )
         ],
     }
@@ -260,7 +268,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     for r in result["fcp"]:
         table.add_row(
-            f"FCP, {r['replicas']} replica(s)",
+            f"FCP{' + token store' if r['token_store'] else ''}, {r['replicas']} replica(s)",
             f"{r['slowest_s']:.2f}",
             f"{r['tokens_per_s']:,.0f}",
             f"{r['ratio_to_plain']:.2f}",

@@ -1,4 +1,4 @@
-"""Planner quality over the grid of issue 2, all strategies scored by the same cost model.
+"""Planner quality over a grid of data, cluster sizes and devices; one cost model scores all.
 
 Grid: length profiles × N ∈ {16, 32, 64} × tokens per replica ∈ {8K, 16K, 32K} × devices (H200,
 8 per node; Ascend 910C, 16 per node) × a large and a small model (Qwen3-8B / Qwen3-1.7B for
@@ -33,7 +33,7 @@ DEVICES = (("h200", 8), ("ascend-910c", 16))
 
 
 def simple_bound(lens: np.ndarray, cluster: Cluster, cost: CostModel) -> float:
-    """The issue's definition: max(total work / N, the most expensive sequence's best time)."""
+    """The lower bound: max(total work / N, the most expensive sequence's best time)."""
     prob = Problem.build(lens, cluster, cost)
     top = int(np.argmax(prob.work))
     best = min(

@@ -16,6 +16,11 @@ Writes bench/results/ring_attention.json and prints a table.
   2-rank probe: 29 ms send + 219 ms matmul ran in 263 ms with 0 ms blocked in wait); with
   more processes than cores (d = 3, 4 on 2 cores) both fight for CPUs.
 - switch: entering/leaving cp_context between two cached groups, and creating a new group.
+- check (`--check`): the per-micro-batch plan check cp_context runs by default (one all-gather
+  of 8 int64 on the CP group, `fcp_exec.verify.verify_ring`), median of 200 calls, against one
+  ring-attention layer's forward + backward at realistic sizes (`--check-tokens` per replica,
+  packs of `--check-seqlen` sequences). A real micro-batch runs tens of such layers plus the
+  MLPs, so the share of one layer is an upper bound on the check's share of a micro-batch.
 """
 
 from __future__ import annotations
@@ -156,7 +161,7 @@ def _worker(rank: int, world: int, port: int, q_out: Any, cfg: dict[str, Any]) -
     exposed = comm.wait_seconds / cfg["repeats"]
     dist.barrier()
     t_compute = _time(compute_only, cfg["repeats"])
-    # the same transfers alone: (d-1) KV hops forward, (d-1) KV + d fp32 dKV hops backward
+    # the same transfers alone: (d-1) KV hops forward, (d-1) KV + (d-1) fp32 dKV hops backward
     kv = torch.stack((k.detach(), v.detach()))
     dkv = kv.float()
     dist.barrier()
@@ -165,7 +170,7 @@ def _worker(rank: int, world: int, port: int, q_out: Any, cfg: dict[str, Any]) -
         for _ in range(2 * (world - 1)):
             comm.exchange(kv, tag=1)
             comm.wait(1)
-        for _ in range(world):
+        for _ in range(world - 1):
             comm.exchange(dkv, tag=2)
             comm.wait(2)
     comm_alone = (time.perf_counter() - start) / cfg["repeats"]
@@ -204,6 +209,56 @@ def _worker(rank: int, world: int, port: int, q_out: Any, cfg: dict[str, Any]) -
     dist.destroy_process_group()
 
 
+def _check_worker(rank: int, world: int, port: int, q_out: Any, cfg: dict[str, Any]) -> None:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=600))  # fmt: skip
+    from fcp_data.planner.plan import RankPlan
+    from fcp_exec import CPGroupCache, ReplicaRanks, RingFingerprint, cp_context, ring_attention
+    from fcp_exec.layout import local_token_index
+    from fcp_exec.verify import verify_ring
+
+    ring = tuple(range(world))
+    cache = CPGroupCache(ReplicaRanks(world_size=world))
+    cache.prepare([ring])
+    seqlens = [cfg["seqlen"]] * (cfg["tokens"] * world // cfg["seqlen"])
+    plan = RankPlan(replica=rank, wave=0, num_waves=1, group_replicas=ring, index_in_group=rank,
+                    degree=world, sequence_ids=tuple(range(len(seqlens))),
+                    seqlens=tuple(seqlens), causal=(True,) * len(seqlens), predicted_time=0.0,
+                    digest="0" * 32)  # fmt: skip
+    fp, group = RingFingerprint.from_rank_plan(plan, ring), cache.get(ring)
+    checks = []
+    for _ in range(200):
+        start = time.perf_counter()
+        verify_ring(fp, group=group)
+        checks.append(time.perf_counter() - start)
+    p = _pack(seqlens, world, cfg["heads"], cfg["dim"])
+    idx = local_token_index(p["cu_p"], world, rank)
+    q, k, v = (p[n][idx].clone().requires_grad_() for n in ("q", "k", "v"))
+    layer = []
+    for _ in range(cfg["repeats"]):
+        dist.barrier()
+        start = time.perf_counter()
+        with cp_context(plan, groups=cache) as cp:  # the default: the check runs here
+            ring_attention(q, k, v, p["cu"], p["cu_p"], ring=cp.ring).backward(p["do"][idx])
+        layer.append(time.perf_counter() - start)
+    res = {"check_s": sorted(checks)[len(checks) // 2], "check_max_s": max(checks),
+           "layer_s": min(layer)}  # fmt: skip
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, res)
+    if rank == 0:
+        q_out.put(gathered)
+    cache.clear()
+    dist.destroy_process_group()
+
+
+def bench_check(world: int, cfg: dict[str, Any]) -> dict[str, float]:
+    res = run_group(_check_worker, world, cfg, timeout_s=900, what=f"plan check d={world}")
+    check, layer = max(r["check_s"] for r in res), max(r["layer_s"] for r in res)
+    return {"check_s": check, "check_max_s": max(r["check_max_s"] for r in res),
+            "layer_fwd_bwd_s": layer, "share": check / layer}  # fmt: skip
+
+
 def bench_ring(world: int, cfg: dict[str, Any]) -> dict[str, float]:
     res = run_group(_worker, world, cfg, timeout_s=300, what=f"ring attention d={world}")
     comm = max(r["comm_alone_s"] for r in res)
@@ -233,7 +288,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--degrees", default="2,3,4")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="measure only the plan check against one layer at realistic sizes",
+    )
+    ap.add_argument("--check-tokens", type=int, default=8192, help="tokens per replica")
+    ap.add_argument("--check-seqlen", type=int, default=2048)
     args = ap.parse_args(argv)
+    if args.check:
+        return _main_check(args)
     seqlens = [int(x) for x in args.seqlens.split(",")]
     cfg = {"seqlens": seqlens, "heads": args.heads, "dim": args.dim, "repeats": args.repeats}
 
@@ -264,6 +328,34 @@ def main(argv: list[str] | None = None) -> int:
                "local": local, "ring": {str(d): r for d, r in ring.items()}}  # fmt: skip
     RESULTS.write_text(json.dumps(payload, indent=2))
     print(f"wrote {RESULTS}")
+    return 0
+
+
+def _main_check(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    cfg = {"tokens": args.check_tokens, "seqlen": args.check_seqlen, "heads": args.heads,
+           "dim": args.dim, "repeats": args.repeats}  # fmt: skip
+    res = {d: bench_check(d, cfg) for d in (int(x) for x in args.degrees.split(","))}
+    table = Table(title=f"plan check vs one ring-attention layer fwd+bwd, {args.check_tokens} "
+                        f"tokens per replica (packs of {args.check_seqlen}), H={args.heads}, "
+                        f"D={args.dim}, fp32, gloo, {os.cpu_count()} cores")  # fmt: skip
+    for col in ("d", "check ms (median)", "check ms (max)", "layer fwd+bwd ms", "share"):
+        table.add_column(col, justify="right")
+    for d, r in res.items():
+        table.add_row(str(d), f"{r['check_s'] * 1e3:.3f}", f"{r['check_max_s'] * 1e3:.2f}",
+                      f"{r['layer_fwd_bwd_s'] * 1e3:.0f}", f"{r['share']:.4%}")  # fmt: skip
+    Console().print(table)
+    out = RESULTS.with_name(f"ring_check_{args.check_tokens}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "config": cfg,
+        "cpu_count": os.cpu_count(),
+        "check": {str(d): r for d, r in res.items()},
+    }
+    out.write_text(json.dumps(payload, indent=2))
+    print(f"wrote {out}")
     return 0
 
 

@@ -5,7 +5,7 @@ the RankPlan's group is bound and attention runs over its ring:
 
     cache = CPGroupCache(ReplicaRanks(world_size=W, tensor_parallel=TP, pipeline_parallel=PP))
     cache.prepare_plan(plan)                      # or cp_context(..., wave_groups=...)
-    with cp_context(rank_plan, groups=cache) as cp:
+    with cp_context(rank_plan, groups=cache) as cp:   # members first check they agree
         out = ring_attention(q, k, v, cu_seqlens, cu_seqlens_padded, ring=cp.ring, causal=flags)
 
 Importing fcp_exec imports torch only; megatron-core, the planner, flash-attn and torch_npu are
@@ -19,7 +19,7 @@ from fcp_exec.groups import CPGroupCache, ReplicaRanks
 from fcp_exec.kernels import select_kernel
 from fcp_exec.layout import ShardLayout, local_token_index
 from fcp_exec.ring import RingComm
-from fcp_exec.verify import PlanMismatchError, verify_plan_digest
+from fcp_exec.verify import PlanMismatchError, RingFingerprint, verify_plan_digest, verify_ring
 
 __all__ = [
     "CPBinding",
@@ -27,6 +27,7 @@ __all__ = [
     "PlanMismatchError",
     "ReplicaRanks",
     "RingComm",
+    "RingFingerprint",
     "ShardLayout",
     "all_reduce_gradients",
     "cp_context",
@@ -34,4 +35,5 @@ __all__ = [
     "ring_attention",
     "select_kernel",
     "verify_plan_digest",
+    "verify_ring",
 ]

@@ -4,9 +4,14 @@ Forward: d steps; at step s member i holds the KV of member (i - s) mod d, compu
 unmasked blocks of `fcp_exec.layout.step_blocks` and merges them into an fp32 running
 (out, lse) with a NaN-free log-sum-exp merge, while the next KV is already on the wire.
 Backward: the KV ring runs again and each block's dK/dV (from the *global* out and lse, so the
-block terms sum exactly) is added, in fp32, to an accumulator that travels with its KV and
-arrives home after d hops; dQ accumulates locally. The dK/dV hop of step s overlaps the block
-compute of step s+1. Measured: fp32 within ~1e-6 of a float64 reference for d = 1..5.
+block terms sum exactly) is added, in fp32, to an accumulator that travels with its KV; dQ
+accumulates locally. A member keeps the step-0 (diagonal) dK/dV of its own KV at home, so the
+accumulator starts one member later and arrives home after d-1 hops, not d: per member and
+layer the ring moves (d-1)/d * T * 2*H_kv*D * (2 * activation bytes + 4) bytes for T padded
+tokens (K/V forward and backward, dK/dV in fp32 for exact sums), which is what the cost model's
+`ring_bytes_per_token` charges; the price is one more fp32 dK/dV buffer held during the
+backward. The dK/dV hop of step s overlaps the block compute of step s+1.
+Measured: fp32 within ~1e-6 of a float64 reference for d = 1..5.
 """
 
 from __future__ import annotations
@@ -107,7 +112,7 @@ class _RingAttention(torch.autograd.Function):
         # one buffer to send; d = 1 sends nothing, so skip the copy (~5% of a d = 1 step)
         kv: Any = torch.stack((k, v)) if comm.size > 1 else (k, v)
         d, me = comm.size, comm.index
-        dkv: torch.Tensor | None = None
+        own: torch.Tensor | None = None  # step 0's dK/dV of this rank's own KV: kept here
         dkv_in: torch.Tensor | None = None
         for step in range(d):
             nxt = comm.exchange(kv, tag=_TAG_KV) if step + 1 < d else None
@@ -130,19 +135,21 @@ class _RingAttention(torch.autograd.Function):
                     dq[qs] += bq
                 block_dkv[0, ks] = _reduce(bk, groups)
                 block_dkv[1, ks] = _reduce(bv, groups)
-            if dkv_in is not None:
-                comm.wait(_TAG_DKV)  # the hop posted last step ran during this step's compute
-                block_dkv += dkv_in
-            dkv = block_dkv
-            if d > 1:
-                dkv_in = comm.exchange(dkv, tag=_TAG_DKV)
+            if step == 0:
+                own = block_dkv
+            else:
+                if dkv_in is not None:
+                    comm.wait(_TAG_DKV)  # the hop posted last step ran during this compute
+                    block_dkv += dkv_in
+                dkv_in = comm.exchange(block_dkv, tag=_TAG_DKV)
             if nxt is not None:
                 comm.wait(_TAG_KV)
                 kv = nxt
+        assert own is not None
+        dkv = own
         if dkv_in is not None:
-            comm.wait(_TAG_DKV)  # d-th hop: the accumulator of this rank's own KV comes home
-            dkv = dkv_in
-        assert dkv is not None
+            comm.wait(_TAG_DKV)  # hop d-1: the other members' dK/dV of this rank's KV
+            dkv = own + dkv_in
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None, None
 
 

@@ -7,6 +7,11 @@ group, its global ranks, the combined TP x CP group) and put the previous values
 also when the body raises. TP, PP, DP and the DP x CP group (gradient all-reduce) are never
 touched. A switch between cached groups is a few attribute writes (~microseconds); creating a
 missing group is the expensive part and happens in `CPGroupCache.prepare`.
+
+By default the members of the bound ring first check, with one small all-gather on the CP group
+(`fcp_exec.verify.verify_ring`, ~0.1-0.3 ms on gloo), that they hold the same plan digest, wave,
+ring order, sequence lengths and causal flags; a disagreement raises `PlanMismatchError` on
+every member before any K/V is exchanged. Empty plans and d = 1 skip it (nothing to agree on).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING
 import torch.distributed as dist
 
 from fcp_exec.groups import CPGroupCache
-from fcp_exec.verify import verify_plan_digest
+from fcp_exec.verify import DEFAULT_VERIFY_TIMEOUT_S, RingFingerprint, verify_ring
 
 if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
     from fcp_data.planner.plan import RankPlan
@@ -69,16 +74,18 @@ def cp_context(
     *,
     groups: CPGroupCache,
     wave_groups: Sequence[Sequence[int]] | None = None,
-    verify: bool = False,
+    verify: bool = True,
+    verify_timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S,
 ) -> Iterator[CPBinding]:
     """Bind `rank_plan`'s CP group into megatron-core for one micro-batch.
 
     groups: the cache holding the wave's groups; wave_groups: every group's replicas for this
     wave (then the cache is prepared here, a collective every rank must enter, empty plans
-    included); verify: all-gather plan digests first (debug mode, also collective).
+    included); verify: check that every member of the ring holds the same plan and layout (one
+    all-gather on the CP group, collective among the ring's members; off only when another
+    check already covers it); verify_timeout_s: how long a member waits for its peers to join
+    that check before it raises (gloo; a member that never comes means the plans disagree).
     """
-    if verify:
-        verify_plan_digest(rank_plan)
     if wave_groups is not None:
         groups.prepare(wave_groups)
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -100,6 +107,9 @@ def cp_context(
     group = groups.get(ring)
     tp_cp = groups.get(groups.ranks.tp_cp_ranks(rank_plan.group_replicas, rank))
     binding = CPBinding(rank_plan, ring, rank_plan.index_in_group, group, tp_cp)
+    if verify:
+        fingerprint = RingFingerprint.from_rank_plan(rank_plan, ring)
+        verify_ring(fingerprint, group=group, timeout_s=verify_timeout_s)
     ps = _parallel_state()
     if ps is None:
         yield binding

@@ -54,6 +54,7 @@ class RingComm:
         self._pending: dict[int, list[dist.Work]] = {}
         self._keep: dict[int, list[torch.Tensor]] = {}
         self.wait_seconds = 0.0  # time blocked in `wait`: communication NOT hidden by compute
+        self.sent_bytes = 0  # bytes posted to `next` (what the cost model's comm term charges)
         if self.size > 1 and not dist.is_initialized():
             raise RuntimeError(
                 f"a ring of {self.size} members needs torch.distributed; call "
@@ -78,6 +79,7 @@ class RingComm:
                 dist.P2POp(dist.irecv, buf, self.prev, group=self._group, tag=tag),
             ]
             works = dist.batch_isend_irecv(ops)
+        self.sent_bytes += send.numel() * send.element_size()
         self._pending.setdefault(tag, []).extend(works)
         self._keep.setdefault(tag, []).append(send)  # the send buffer must outlive the transfer
         return buf

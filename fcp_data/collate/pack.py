@@ -96,7 +96,8 @@ def pack_shard(
     held: list[np.ndarray] = []
     for k, seq in enumerate(sequences):
         L, P, o = int(lens[k]), int(plens[k]), int(offs[k])
-        seq = np.asarray(seq)
+        if not getattr(seq, "lazy_slices", False):  # a token-store view slices itself
+            seq = np.asarray(seq)
         keep_loss = masked is None or not masked[k]
         tg = None if targets is None else targets[k]
         if tg is not None and len(tg) != L:

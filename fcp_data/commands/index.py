@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--tokenizer",
         default="bytes:4",
-        help="bytes:R (R bytes per token, default 4), hf:PATH/tokenizer.json "
-        "(needs `tokenizers`) or py:module:callable",
+        help="the model's tokenizer: a local tokenizer.json or a directory with tokenizer files "
+        "(needs `tokenizers`; transformers for a directory without tokenizer.json), "
+        "py:module:callable, or bytes:R (an estimate: R utf-8 bytes per token; default bytes:4)",
     )
     p.add_argument("--text-field", default="text", help="text field of .json samples")
     p.add_argument(
@@ -70,7 +71,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=20.0,
         help="seconds before a video probe is abandoned (default 20)",
     )
+    p.add_argument(
+        "--stream-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a pipe: command or FIFO may produce nothing before its shard is "
+        "abandoned and counted (default 60)",
+    )
     p.add_argument("--workers", type=int, default=1, help="scanning processes (default 1)")
+    p.add_argument(
+        "--store-tokens",
+        action="store_true",
+        help="also write every text sample's token ids (tokenized once, in the workers) into "
+        "a memory-mapped token store beside the index; needs a real --tokenizer",
+    )
     p.set_defaults(func=run)
 
 
@@ -105,11 +119,17 @@ def run(args: argparse.Namespace) -> int:
         image_causal=causal,
         probe_backend=args.probe_backend,
         probe_timeout_s=args.probe_timeout,
+        stream_timeout_s=args.stream_timeout,
         on_error=args.on_error,
         max_consecutive_failures=args.max_consecutive_failures,
     )
     index = build_index(
-        args.shards, args.output, config=config, workers=args.workers, progress=True
+        args.shards,
+        args.output,
+        config=config,
+        workers=args.workers,
+        progress=True,
+        store_tokens=args.store_tokens,
     )
     console = Console()
     seq = index.seqlens

@@ -15,9 +15,9 @@ megatron adapter `packed_seq_params` are the training side; this module does not
                 mb = mb.to(device)
                 loss = (model(mb.tokens, mb.position_ids, labels=mb.labels,
                               packed_seq_params=packed_seq_params(mb)) * mb.loss_mask).sum()
-                (loss / mb.global_num_loss_tokens).backward()   # exact per-token mean
-                # (under a SUM gradient all-reduce; DDP averages, so scale by num_replicas)
+                (loss / mb.global_num_loss_tokens).backward()   # a share of the global mean
         if mb.is_last_wave:
+            fcp_exec.all_reduce_gradients(model)    # SUM the shares (docs/design.md)
             optimizer.step(); ckpt["loader"] = loader.state_dict()
 """
 
@@ -44,6 +44,7 @@ from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch, SampleReadError
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
+from .token_source import open_token_store
 from .types import BatchMetrics, LoaderState, SampleSource
 
 __all__ = ["FCPDataLoader", "LoaderOptions"]
@@ -81,6 +82,8 @@ class LoaderOptions:
     encode: Callable[[Mapping[str, Any]], np.ndarray] | None = None
     vision: Any = None
     """fcp_data.vision.VisionOptions: real templates, pixel payload and M-RoPE ids for media."""
+    token_store: bool = True
+    """Use the index's token store (`fcp index --store-tokens`) for text when it has one."""
 
 
 class _PlannedBatches(IterableDataset):
@@ -194,6 +197,8 @@ class FCPDataLoader:
                 vision_token_id=opts.vision_token_id,
                 decode_backend=opts.decode_backend,
             )
+            if opts.token_store:
+                encoder.store = open_token_store(src)
         self._builder = BatchBuilder(
             source=src,
             sampler=self.sampler,

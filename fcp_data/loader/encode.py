@@ -80,6 +80,7 @@ class SampleEncoder(VisionEncoderMixin):
     decode_backend: str = "pyav"
     vision: VisionOptions | None = None
     token_ids: SpecialTokenIds | None = None
+    store: Any = None  # readers.token_store.TokenStore: text ids sliced, never re-tokenized
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
@@ -110,9 +111,11 @@ class SampleEncoder(VisionEncoderMixin):
         return np.zeros(0, dtype=np.int64)
 
     def __call__(self, source: SampleSource, pos: int) -> EncodedSample:
-        sample = source.read(pos)
         modality = int(source.modality[pos])
         special = int(source.special_tokens[pos])
+        if modality == TEXT and self.store is not None:  # ids from the token store, lazily
+            return EncodedSample(tokens=self.store.tokens(pos, eod=special, eod_id=self.eod_id))
+        sample = source.read(pos)
         if modality == TEXT:
             ids = self.text_ids(sample)
             return EncodedSample(tokens=np.concatenate([ids, np.full(special, self.eod_id)]))

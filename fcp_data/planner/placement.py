@@ -1,6 +1,6 @@
 """Placement: concrete replica windows for a multiset of degrees.
 
-The slowest link sets a ring's speed (DESIGN.md, from the blog seed), so a group that fits in
+The slowest link sets a ring's speed (docs/design.md, "The cost model"), so a group that fits in
 one node must stay in one node: degrees are placed largest first, groups wider than a node on
 whole free nodes, the others best-fit into the node with the least room that still holds them
 (keeping big holes for big groups). When fragmentation leaves no such room, the whole multiset

@@ -2,9 +2,9 @@
 
 A plan is pure data (msgspec Structs, frozen) so that it can be made inside a DataLoader worker,
 pickled to the training process, saved as JSON for the plan viewer and compared across replicas
-by its digest. Vocabulary (DESIGN.md): a *replica* is one model copy; a *CP group* is the set of
-replicas that run one atomic group of sequences with ring attention at some *degree*; a *wave* is
-one round of concurrent CP groups; a global batch is one or more waves.
+by its digest. Vocabulary (docs/design.md): a *replica* is one model copy; a *CP group* is the
+set of replicas that run one atomic group of sequences with ring attention at some *degree*; a
+*wave* is one round of concurrent CP groups; a global batch is one or more waves.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ across nodes. The estimate assumes model FLOPs utilisation of 55% for the per-to
 45% for attention (typical measured MFU of large dense training), bf16 activations with
 selective recomputation (34·h bytes per token per layer, Korthikanti et al. 2022), model states
 of 6 bytes per parameter (bf16 weights + fp32 grads; Adam states sharded by a distributed
-optimizer) and ring traffic of 3 passes of K and V per layer (forward KV, backward KV + dKV).
+optimizer) and the ring traffic fcp_exec really sends per layer: bf16 K and V forward and
+backward plus fp32 dK and dV (`cost.ring_bytes_per_token`).
 A fitted profile (`fcp profile`) replaces all of this with measurements.
 The vision-language models name their encoder (`ModelSpec.encoder`); its VisionCost
 (`vision_presets`: encoder fwd+bwd per unit, decode per megapixel) rides on the estimate as
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .cost import CostModel
+from .cost import CostModel, ring_bytes_per_token
 from .vision_presets import estimate_vision_cost
 
 __all__ = ["DEVICES", "MODELS", "DeviceSpec", "ModelSpec", "VisionSpec", "estimate_cost_model"]
@@ -27,7 +28,7 @@ LINEAR_MFU = 0.55
 ATTENTION_MFU = 0.45
 BYTES_PER_PARAM_STATE = 6.0
 ACT_BYTES_PER_TOKEN_PER_HIDDEN_PER_LAYER = 34.0
-RING_PASSES = 3.0
+ACTIVATION_BYTES = 2  # bf16 K/V on the ring
 LAUNCH_SECONDS_PER_LAYER = 3 * 15e-6  # fwd + bwd kernel launches and syncs, per layer
 RING_STEP_LATENCY_PER_LAYER = 3 * 8e-6  # one P2P handshake per layer per pass
 
@@ -288,7 +289,9 @@ def estimate_cost_model(model: str | ModelSpec, device: str | DeviceSpec) -> Cos
     alpha2 = 3 * fwd_linear / (dev.peak_flops * LINEAR_MFU)
     # Causal attention forward: QK^T and PV over half the s² pairs: 2·2·s²·q_dim/2 per layer.
     alpha1 = 3 * m.layers * 2 * q_dim / (dev.peak_flops * ATTENTION_MFU)
-    alpha3 = RING_PASSES * m.layers * 2 * kv_dim * 2  # K and V, bf16
+    alpha3 = ring_bytes_per_token(
+        kv_heads=m.kv_heads, head_dim=hd, activation_bytes=ACTIVATION_BYTES, layers=m.layers
+    )
     alpha_vision = 0.0
     if m.vision is not None:
         v = m.vision

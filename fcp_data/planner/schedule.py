@@ -2,7 +2,7 @@
 
 A `Schedule` is the candidate-neutral result: CP groups in execution order, each a contiguous
 window of replicas (start, degree) running a set of sequences. Its makespan is the critical
-path of DESIGN.md; `to_plan` turns the winner into the public, frozen Plan.
+path of docs/design.md; `to_plan` turns the winner into the public, frozen Plan.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Score any Plan under a cost model, independently of how it was made.
 
-The execution model (DESIGN.md): replicas run their micro-batches in wave order; a CP group
+The execution model (docs/design.md): replicas run their micro-batches in wave order; a CP group
 starts when all its members are free (and after any barrier wave) and occupies them for its
 predicted time; the gradient all-reduce after the last wave is the only global barrier. The
 scorer recomputes every group's time from the sequence lengths with `CostModel.group_time`, so

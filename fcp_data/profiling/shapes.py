@@ -3,8 +3,8 @@
 Only the shape matters for timing (weights are random): attention cost follows query heads x
 head dim (KV heads add the GQA expansion), per-token cost follows the projections and the MLP.
 Layers are identical, so the profiler times one layer and multiplies by `layers`; the LM head
-is timed once. `cpu-small` is the model `examples/train_megatron.py` trains and the one whose
-measured profile ships in `fcp_data/profiles/cpu-small.json`.
+is timed once. `cpu-small` is the model `examples/train_megatron.py` and `fcp demo` train and
+the one whose measured profile ships in `fcp_data/profiles/cpu-small.json`.
 """
 
 from __future__ import annotations
@@ -47,9 +47,17 @@ class ModelShape:
         return self.layers * per_layer + 2 * self.vocab * self.hidden
 
     def ring_bytes_per_token(self, bytes_per_element: int) -> float:
-        """alpha3: bytes one token's K and V put on the ring per micro-batch, all layers:
-        forward K,V once, backward K,V again plus dK,dV (3 passes, as fcp_exec's ring does)."""
-        return 3.0 * self.layers * 2 * self.kv_heads * self.head_dim * bytes_per_element
+        """alpha3: bytes one token puts on the ring per micro-batch, all layers: K,V forward and
+        backward in the activation dtype, dK,dV in fp32 (`planner.cost.ring_bytes_per_token`;
+        with fp32 activations that is 3 passes of K,V)."""
+        from fcp_data.planner.cost import ring_bytes_per_token  # the planner imports numba
+
+        return float(
+            ring_bytes_per_token(
+                kv_heads=self.kv_heads, head_dim=self.head_dim,
+                activation_bytes=bytes_per_element, layers=self.layers,
+            )
+        )  # fmt: skip
 
 
 SHAPES: dict[str, ModelShape] = {

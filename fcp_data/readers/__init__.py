@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "RULE_NAMES",
+    "CompressedShardError",
     "ErrorPolicy",
     "LengthIndex",
     "Prober",
@@ -50,6 +51,7 @@ __all__ = [
 _WHERE = {
     "RULE_NAMES": "rules",
     "get_rule": "rules",
+    "CompressedShardError": "errors",
     "ErrorPolicy": "errors",
     "SampleError": "errors",
     "TooManyFailures": "errors",

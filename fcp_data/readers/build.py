@@ -34,6 +34,7 @@ from .length_index import LengthIndex
 from .scan import SampleRecord, ScanConfig, Scanner
 from .shards import expand_shards, is_seekable, shard_fingerprint
 from .text import TokenCounter, as_counter, load_counter
+from .token_store import TokenRecorder, pack_ids, write_store
 
 __all__ = ["build_index"]
 
@@ -46,11 +47,13 @@ class _ShardResult(msgspec.Struct):
     tail_failures: int
     fingerprint: str
     size: int
+    token_ids: Any = None  # (flat ids, per-sample lengths) with a token store, else None
 
 
-def _scan_shard(scanner: Scanner, url: str) -> _ShardResult:
+def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = None) -> _ShardResult:
     start = len(scanner.log.skipped)
     records: list[SampleRecord] = []
+    ids: list[np.ndarray] = []
     head = -1
     last = start  # skipped count when the last good record was seen
     for rec in scanner.scan(url):
@@ -59,11 +62,16 @@ def _scan_shard(scanner: Scanner, url: str) -> _ShardResult:
             head = now - start
         last = now
         records.append(rec)
+        if recorder is not None:
+            ids.append(recorder.take(rec))
     skipped = scanner.log.skipped[start:]
     head = len(skipped) if head < 0 else head
     tail = len(skipped) if not records else len(scanner.log.skipped) - last
     size = os.path.getsize(url) if is_seekable(url) else 0
-    return _ShardResult(url, records, skipped, head, tail, shard_fingerprint(url), size)
+    res = _ShardResult(url, records, skipped, head, tail, shard_fingerprint(url), size)
+    if recorder is not None:
+        res.token_ids = pack_ids(ids)
+    return res
 
 
 def _advance(bar: Any, task: Any, n: int, _future: object) -> None:
@@ -72,8 +80,9 @@ def _advance(bar: Any, task: Any, n: int, _future: object) -> None:
 
 def _scan_chunk(urls: list[str], config: ScanConfig, counter: TokenCounter) -> list[_ShardResult]:
     """Scan consecutive shards with one Scanner, so one probe child serves them all."""
+    recorder = counter if isinstance(counter, TokenRecorder) else None
     with Scanner(config, counter) as scanner:
-        return [_scan_shard(scanner, u) for u in urls]
+        return [_scan_shard(scanner, u, recorder) for u in urls]
 
 
 def _check_runs(results: list[_ShardResult], policy: ErrorPolicy) -> None:
@@ -96,7 +105,9 @@ def _check_runs(results: list[_ShardResult], policy: ErrorPolicy) -> None:
         )
 
 
-def _write(out: Path, header: IndexHeader, results: list[_ShardResult]) -> None:
+def _write(
+    out: Path, header: IndexHeader, results: list[_ShardResult], recorder: TokenRecorder | None
+) -> None:
     records = [r for res in results for r in res.records]
     n = len(records)
     cols: dict[str, np.ndarray] = {k: np.zeros(n, dtype=v) for k, v in SAMPLE_ARRAYS.items()}
@@ -130,6 +141,11 @@ def _write(out: Path, header: IndexHeader, results: list[_ShardResult]) -> None:
     for name, arr in cols.items():
         np.save(tmp / f"{name}.npy", arr)
     (tmp / HEADER_NAME).write_bytes(msgspec.json.format(msgspec.json.encode(header)))
+    if recorder is not None:
+        pieces = (r.token_ids for r in results)
+        write_store(
+            tmp, tokenizer=header.tokenizer, vocab_size=recorder.vocab_size(), pieces=pieces
+        )
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
 
@@ -142,17 +158,21 @@ def build_index(
     counter: TokenCounter | Any = None,
     workers: int = 1,
     progress: bool = False,
+    store_tokens: bool = False,
 ) -> LengthIndex:
     """Scan `shards` (paths, globs, braces, pipe:) and write an index directory at `out`.
 
     `counter` (any picklable TokenCounter) overrides `config.tokenizer`; its spec is recorded.
     Raises SampleError (on_error="raise") or TooManyFailures; otherwise skipped samples are
-    listed in `index.skipped`.
+    listed in `index.skipped`. `store_tokens` also writes every text sample's ids, captured
+    while the workers count them, into a token store beside the index (readers.token_store).
     """
     from fcp_data import __version__
 
     config = config or ScanConfig()
     counter = as_counter(counter) if counter is not None else load_counter(config.tokenizer)
+    recorder = TokenRecorder(counter) if store_tokens else None
+    counter = recorder or counter
     policy = ErrorPolicy(
         on_error=config.on_error,  # type: ignore[arg-type]
         max_consecutive_failures=config.max_consecutive_failures,
@@ -182,7 +202,7 @@ def build_index(
         if workers == 1 or len(chunks) == 1:
             with Scanner(config, counter) as scanner:
                 for url in urls:
-                    results.append(_scan_shard(scanner, url))
+                    results.append(_scan_shard(scanner, url, recorder))
                     if bar is not None:
                         bar.advance(task)
         else:
@@ -220,5 +240,5 @@ def build_index(
         skipped=[s for r in results for s in r.skipped],
         fcp_version=__version__,
     )
-    _write(out, header, results)
+    _write(out, header, results, recorder)
     return LengthIndex.open(out)

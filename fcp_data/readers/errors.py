@@ -22,6 +22,7 @@ from ..errors import ConfigError, DataError, SampleError
 
 __all__ = [
     "SAME_ERROR_HEAD",
+    "CompressedShardError",
     "ErrorPolicy",
     "FailureLog",
     "SampleError",
@@ -29,11 +30,34 @@ __all__ = [
     "TooManyFailures",
 ]
 
+_DECOMPRESS = {"gzip": "gzip -dc", "bzip2": "bzip2 -dc", "xz": "xz -dc", "zstd": "zstd -dc"}
+
 SAME_ERROR_HEAD = 8
 
 
 class TooManyFailures(DataError):
     """Raised after `max_consecutive_failures` bad samples in a row."""
+
+
+class CompressedShardError(DataError):
+    """A compressed shard (`.tar.gz`, or gzip/bzip2/xz/zstd/lz4 magic bytes): refused.
+
+    The index stores each member's byte offset so the loader reads one sample with one seek;
+    offsets into a compressed stream cannot be seeked, so fcp needs uncompressed tars.
+    """
+
+    def __init__(self, url: str, fmt: str) -> None:
+        tool = _DECOMPRESS.get(fmt, f"{fmt} -dc")
+        super().__init__(
+            f"{url}: {fmt}-compressed shard; compressed shards are unsupported because fcp "
+            "reads each member by seeking to its byte offset, which needs an uncompressed tar. "
+            f"Decompress it ({tool} SHARD > SHARD.tar), or stream it without an index as "
+            f"'pipe:{tool} SHARD'"
+        )
+        self.url, self.fmt = url, fmt
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return type(self), (self.url, self.fmt)  # survives process pools
 
 
 class SkippedSample(msgspec.Struct, frozen=True, array_like=True):

@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 DURATION_TOLERANCE = 0.10  # |duration - num_frames/fps| / duration allowed in a sidecar
+INT32_MAX = 2**31 - 1  # the index stores num_frames, width and height as int32
 
 
 class VideoMeta(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +68,12 @@ def video_meta_from_fields(fields: dict[str, Any], source: str = "sidecar") -> V
         nf = float(round(duration * fps))
     if nf < 1 or nf != int(nf):
         raise ValueError(f"{source} num_frames={nf:g} must be a positive integer")
+    for name, value in (("num_frames", nf), ("width", width), ("height", height)):
+        if value > INT32_MAX:
+            raise ValueError(
+                f"{source} {name}={value:.0f} does not fit the index column (int32, at most "
+                f"{INT32_MAX}); fix the sidecar or drop it so the video is probed"
+            )
     if duration is None:
         duration = nf / fps
     if duration <= 0:

@@ -16,13 +16,20 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import MissingDependencyError
+from ..errors import ConfigError, MissingDependencyError
 from .errors import ErrorPolicy, FailureLog
 from .media_meta import VideoMeta, decode_json_object, image_size, video_meta_from_fields
 from .probe import BACKENDS, Prober, ProbeTimeout
 from .rules import get_rule
 from .rules_base import VisionTokenRule
-from .shards import BadMember, RawSample, is_seekable, iter_raw_samples, read_members
+from .shards import (
+    STREAM_TIMEOUT_S,
+    BadMember,
+    RawSample,
+    is_seekable,
+    iter_raw_samples,
+    read_members,
+)
 from .text import RatioCounter, TokenCounter, as_counter, load_counter
 
 __all__ = [
@@ -48,7 +55,9 @@ class ScanConfig(msgspec.Struct, frozen=True, kw_only=True):
     and image alike), as Megatron's pretraining appends an EOD token. `video_causal`: MLLMs
     (Qwen-VL, InternVL) run their LLM with causal attention over text and vision tokens alike,
     so video and images default to causal; set False for full-attention video models (the
-    planner then costs their attention at 2x).
+    planner then costs their attention at 2x). `stream_timeout_s`: seconds a `pipe:` command
+    or a FIFO may go without producing a byte before its shard is abandoned (a counted loss,
+    or SampleError under on_error="raise"); 60 s covers a slow object store's first byte.
     """
 
     vision_rule: str = "qwen2.5-vl"
@@ -61,6 +70,7 @@ class ScanConfig(msgspec.Struct, frozen=True, kw_only=True):
     image_causal: bool = True
     probe_backend: str = "auto"
     probe_timeout_s: float = 20.0
+    stream_timeout_s: float = STREAM_TIMEOUT_S
     on_error: str = "skip"
     max_consecutive_failures: int = 100
 
@@ -93,6 +103,32 @@ class SampleRecord(msgspec.Struct, kw_only=True):
         return read_members(self.url, self.members, exts)
 
 
+def _column_limits() -> dict[str, tuple[int, int]]:
+    """(min, max) of the index column of each integer field a record carries."""
+    from .index_format import SAMPLE_ARRAYS  # index_format imports this module
+
+    fields = ("num_frames", "width", "height", "text_tokens", "vision_tokens", "special_tokens")
+    return {
+        name: (int(np.iinfo(SAMPLE_ARRAYS[name]).min), int(np.iinfo(SAMPLE_ARRAYS[name]).max))
+        for name in fields
+    }
+
+
+def _check_columns(record: SampleRecord, limits: dict[str, tuple[int, int]]) -> None:
+    """ValueError naming the field when a value does not fit its index column's dtype.
+
+    A sidecar may claim 2**31 frames or a 100000x100000 picture; written into an int32
+    column that would raise OverflowError and end the whole build, so it is one bad sample.
+    """
+    for name, (low, high) in limits.items():
+        value = getattr(record, name)
+        if not low <= value <= high:
+            raise ValueError(
+                f"{name}={value} does not fit the index column ({low}..{high}); fix the "
+                "sample's metadata"
+            )
+
+
 def _load_ext(ext: str) -> bool:
     return ext in TEXT_EXTS or ext in IMAGE_EXTS
 
@@ -123,9 +159,15 @@ class Scanner:
             )
         )
         self._prober: Prober | None = None
+        self._limits = _column_limits()
         if config.probe_backend not in BACKENDS:
-            raise ValueError(
+            raise ConfigError(
                 f"probe_backend={config.probe_backend!r}; allowed: {', '.join(BACKENDS)}"
+            )
+        if not config.stream_timeout_s > 0:
+            raise ConfigError(
+                f"stream_timeout_s={config.stream_timeout_s} must be > 0 (seconds a pipe or "
+                f"FIFO may stay silent; default {STREAM_TIMEOUT_S:g})"
             )
 
     def close(self) -> None:
@@ -141,12 +183,13 @@ class Scanner:
 
     def scan(self, url: str) -> Iterator[SampleRecord]:
         """Records of one shard in order; bad samples go through the failure policy."""
-        for raw in iter_raw_samples(url, _load_ext):
+        for raw in iter_raw_samples(url, _load_ext, timeout_s=self.config.stream_timeout_s):
             if isinstance(raw, BadMember):
                 self.log.fail(url, raw.key, raw.reason)
                 continue
             try:
                 record = self.record(url, raw)
+                _check_columns(record, self._limits)
             except MissingDependencyError:
                 raise  # a configuration error (PyAV, tokenizers missing): not a bad sample
             except (ValueError, ProbeTimeout) as exc:

@@ -15,12 +15,13 @@ import glob
 import hashlib
 import os
 import re
-import subprocess
-import tarfile
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO
 
 import msgspec
+
+from .byte_source import is_stream, open_source
+from .errors import CompressedShardError
+from .tar_blocks import TarDamage, TarMember, compression_of, walk_tar
 
 __all__ = [
     "BadMember",
@@ -33,6 +34,17 @@ __all__ = [
 ]
 
 FINGERPRINT_BLOCK = 1 << 20  # bytes hashed at the head, middle and tail of a shard
+STREAM_TIMEOUT_S = 60.0  # seconds a pipe or FIFO may go without a byte (ScanConfig default)
+_COMPRESSED_NAMES = (
+    (".tar.gz", "gzip"),
+    (".tgz", "gzip"),
+    (".tar.bz2", "bzip2"),
+    (".tbz2", "bzip2"),
+    (".tar.xz", "xz"),
+    (".txz", "xz"),
+    (".tar.zst", "zstd"),
+    (".tzst", "zstd"),
+)
 _KEY_EXT = r"^((?:.*/|)[^.]+)[.]([^/]*)$"  # webdataset.tariterators.base_plus_ext's pattern
 
 
@@ -52,7 +64,8 @@ class BadMember(msgspec.Struct, frozen=True):
 
 
 def is_seekable(url: str) -> bool:
-    return not url.startswith("pipe:")
+    """False for `pipe:` URLs and FIFOs: their members are kept in memory while scanning."""
+    return not is_stream(url)
 
 
 def expand_shards(specs: Sequence[str] | str) -> list[str]:
@@ -71,8 +84,12 @@ def expand_shards(specs: Sequence[str] | str) -> list[str]:
             if url.startswith("pipe:"):
                 urls.append(url)  # braces expand inside commands too, as in webdataset
             elif glob.has_magic(url):
-                urls.extend(sorted(glob.glob(url)))
+                found = sorted(glob.glob(url))
+                for path in found:
+                    _refuse_compressed(path)
+                urls.extend(found)
             elif os.path.exists(url):
+                _refuse_compressed(url)
                 urls.append(url)
             else:
                 raise FileNotFoundError(
@@ -82,6 +99,17 @@ def expand_shards(specs: Sequence[str] | str) -> list[str]:
             raise FileNotFoundError(f"shard spec {spec!r} matched no files")
         out.extend(urls)
     return list(dict.fromkeys(out))
+
+
+def _refuse_compressed(path: str) -> None:
+    """Compressed shards fail at expansion, before any work, by name or by magic bytes."""
+    name = path.lower()
+    fmt = next((f for ends, f in _COMPRESSED_NAMES if name.endswith(ends)), None)
+    if fmt is None and os.path.isfile(path):
+        with open(path, "rb") as f:
+            fmt = compression_of(f.read(8))
+    if fmt is not None:
+        raise CompressedShardError(path, fmt)
 
 
 def shard_fingerprint(url: str) -> str:
@@ -111,80 +139,81 @@ def _split_name(name: str) -> tuple[str, str] | None:
     return match.group(1), match.group(2).lower()
 
 
-def _open_tar(url: str) -> tuple[tarfile.TarFile, IO[bytes], subprocess.Popen[bytes] | None]:
-    if is_seekable(url):
-        f: IO[bytes] = open(url, "rb")  # noqa: SIM115 - closed by the caller
-        return tarfile.open(fileobj=f, mode="r:"), f, None
-    proc = subprocess.Popen(url[5:], shell=True, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    return tarfile.open(fileobj=proc.stdout, mode="r|"), proc.stdout, proc
+def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadMember]:
+    """Consecutive members with one key form a sample; damage spoils the samples beside it.
+
+    Members lost in a damaged region may belong to the sample before it or the one after it
+    (which one cannot be known from the tar), so both are reported as possibly incomplete
+    rather than passed on with a member silently missing.
+    """
+    current: RawSample | None = None
+    bad: str | None = None  # why `current` cannot be used
+    after_damage: str | None = None
+    for ev in events:
+        if isinstance(ev, TarDamage):
+            where = f"bytes {ev.start}..{'end' if ev.stop < 0 else ev.stop}"
+            if current is not None:
+                yield BadMember(
+                    current.key, bad or f"precedes damaged tar {where}: it may be missing members"
+                )
+                current = None
+            yield BadMember(f"({where})", ev.reason)
+            after_damage = f"follows damaged tar {where}: it may be missing members"
+            continue
+        split = _split_name(ev.name)
+        if split is None:
+            yield BadMember(ev.name, "tar member has no key.extension name, not a sample")
+            continue
+        key, ext = split
+        if current is not None and current.key != key:
+            yield current if bad is None else BadMember(current.key, bad)
+            current = None
+        if current is None:
+            current = RawSample(key=key, members={}, payload={})
+            bad, after_damage = after_damage, None
+        if ext in current.members and bad is None:
+            bad = (
+                f"duplicate member {ev.name!r}: two .{ext} members in one sample (webdataset "
+                "raises ValueError on this); re-create the shard with one member per extension"
+            )
+        current.members[ext] = (ev.offset, ev.size)
+        if ev.data is not None:
+            current.payload[ext] = ev.data
+    if current is not None:
+        yield current if bad is None else BadMember(current.key, bad)
 
 
-def iter_raw_samples(url: str, load: Callable[[str], bool]) -> Iterator[RawSample | BadMember]:
+def iter_raw_samples(
+    url: str, load: Callable[[str], bool], *, timeout_s: float = STREAM_TIMEOUT_S
+) -> Iterator[RawSample | BadMember]:
     """Samples of one shard in tar order; members whose extension `load(ext)` accepts are read.
 
-    Shard-level corruption (a bad header, truncated data) yields a `BadMember` and ends the
-    shard; the samples before it are still yielded. Unseekable (pipe) shards are read fully.
+    Nothing is lost without a record: a damaged region of the tar (bad header, cut, missing
+    end-of-archive blocks) yields a `BadMember` keyed "(bytes START..STOP)" and reading resumes
+    at the next valid header; a stream that stalls for `timeout_s` is such a region from the
+    member being read on; a `pipe:` command that exits non-zero yields a `BadMember` keyed
+    "(shard)". Streams (pipes, FIFOs) are read fully. Raises CompressedShardError for a
+    compressed shard.
     """
-    seekable = is_seekable(url)
-    size = os.path.getsize(url) if seekable else -1
+    stream = is_stream(url)
     try:
-        tf, fobj, proc = _open_tar(url)
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        yield BadMember(os.path.basename(url), f"not a readable tar ({exc}); re-create the shard")
+        src = open_source(url, timeout_s=timeout_s)
+    except OSError as exc:
+        yield BadMember("(shard)", f"cannot open the shard ({exc})")
         return
-    current: RawSample | None = None
+
+    def want(name: str) -> bool:
+        split = _split_name(name)
+        return stream or (split is not None and load(split[1]))
+
+    drained = False
     try:
-        while True:
-            try:
-                info = tf.next()
-            except (tarfile.TarError, OSError, EOFError) as exc:
-                if current is not None:
-                    yield current
-                    current = None
-                yield BadMember(
-                    os.path.basename(url),
-                    f"corrupt or truncated tar after byte {tf.offset} ({exc})",
-                )
-                return
-            if info is None:
-                break
-            if not info.isfile():
-                continue
-            split = _split_name(info.name)
-            if split is None:
-                yield BadMember(info.name, "tar member has no key.extension name, not a sample")
-                continue
-            key, ext = split
-            if current is not None and current.key != key:
-                yield current
-                current = None
-            if seekable and info.offset_data + info.size > size:
-                yield BadMember(
-                    key,
-                    f"member {info.name} truncated: needs "
-                    f"{info.offset_data + info.size} bytes, shard has {size}",
-                )
-                return
-            if current is None:
-                current = RawSample(key=key, members={}, payload={})
-            current.members[ext] = (info.offset_data, info.size)
-            if not seekable or load(ext):
-                member = tf.extractfile(info)
-                data = member.read() if member is not None else b""
-                if len(data) != info.size:
-                    yield BadMember(
-                        key, f"member {info.name} truncated: read {len(data)} of {info.size} bytes"
-                    )
-                    return
-                current.payload[ext] = data
-        if current is not None:
-            yield current
+        yield from _group(walk_tar(src, want))
+        drained = not src.stalled
     finally:
-        tf.close()
-        fobj.close()
-        if proc is not None:
-            proc.wait()
+        status = src.close(drained=drained)  # also on GeneratorExit: kills a pipe's command
+    if status is not None:
+        yield BadMember("(shard)", status)
 
 
 def read_members(

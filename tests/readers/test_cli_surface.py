@@ -35,6 +35,7 @@ def test_index_options_frozen() -> None:
         "--max-consecutive-failures",
         "--probe-backend",
         "--probe-timeout",
+        "--stream-timeout",
         "--workers",
     }
 

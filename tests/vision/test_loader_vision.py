@@ -81,3 +81,32 @@ def test_every_replica_gets_a_consistent_payload(tmp_path, tok, cost, rule) -> N
     # the count known from the index alone equals the loss tokens the replicas hold
     assert loss == per_replica[0][0].global_num_loss_tokens
     assert split, "no sample was split over replicas: vacuous"
+
+
+def test_spawned_worker_yields_the_same_payload(tmp_path, tok, cost) -> None:
+    """Encoder, tokenizer, token ids and options pickle into a spawned DataLoader worker."""
+    import torch
+
+    samples = [
+        video_sample("v0", 40, 96, 64, 10, seed=0),
+        {"__key__": "i0", "png": png(90, 140, 1), "txt": b"a cat"},
+    ]
+    index = _index(tmp_path, tok, "qwen2.5-vl", samples)
+    outs = []
+    for workers in (0, 1):
+        ld = FCPDataLoader(
+            index,
+            cluster=Cluster(2, tokens_per_replica=int(index.seqlens.max()) // 2 + 64),
+            cost=cost,
+            replica=1,
+            global_batch_size=2,
+            num_workers=workers,
+            tokenizer=tok,
+            options=LoaderOptions(vision=VisionOptions(), multiprocessing_context="spawn"),
+        )
+        outs.append(list(ld))
+    assert len(outs[0]) == len(outs[1]) > 0
+    for a, b in zip(*outs):
+        for name in ("tokens", "labels", "pixel_values", "grid_thw", "vision_scatter"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+        assert torch.equal(a.mrope_position_ids, b.mrope_position_ids)

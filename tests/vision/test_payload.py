@@ -153,31 +153,43 @@ def test_video_shares_reassemble_the_single_device_rows(tok, name, degree) -> No
     assert partial == sum(c for c in owners.values() if c > 1) > 0
 
 
-def test_internvl_tiles_reassemble(tok) -> None:
-    from fcp_data.vision.media import internvl_tiles, load_image
+def test_internvl_tiles_reassemble_to_the_hf_processor_output(tok) -> None:
+    """InternVL in transformers tiles with GotOcr2's processor: same grid, order, thumbnail."""
+    import io
 
-    rule = get_rule("internvl")
-    data = png(500, 900, seed=7)
-    vt = rule.image(height=500, width=900)
-    em, spec = _encode(tok, "internvl", 1, vt)
-    tiles = vt.grid[0]
-    full = normalize(
-        internvl_tiles(
-            load_image(data), rows=vt.grid[1], cols=vt.grid[2], thumbnail=True, tiles=range(tiles)
-        ),
-        spec.mean,
-        spec.std,
+    from PIL import Image
+    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import (
+        GotOcr2ImageProcessorPil,
     )
-    seen = set()
-    for _packed, parts in _shares(em, spec, data, 3):
-        assert parts.mrope == []  # InternVL: 1-D positions only
-        for (t, gh, gw), (_k, _kind, first, count), px in zip(
-            parts.grid_thw, parts.runs, parts.pixel_values
-        ):
-            assert (t, gh, gw) == (count, 32, 32) and px.shape == (count, 3, 448, 448)
-            np.testing.assert_array_equal(px, full[first : first + count])
-            seen.update(range(first, first + count))
-    assert seen == set(range(tiles)) and tiles == vt.grid[1] * vt.grid[2] + 1
+
+    from fcp_data.vision.pixels import IMAGENET_MEAN, IMAGENET_STD
+
+    proc = GotOcr2ImageProcessorPil(
+        crop_to_patches=True,
+        size={"height": 448, "width": 448},
+        image_mean=IMAGENET_MEAN,
+        image_std=IMAGENET_STD,
+        min_patches=1,
+        max_patches=12,
+    )
+    rule = get_rule("internvl")
+    for h, w in ((500, 900), (1000, 700), (123, 456)):
+        data = png(h, w, seed=h)
+        vt = rule.image(height=h, width=w)
+        em, spec = _encode(tok, "internvl", 1, vt)
+        full = proc(images=[Image.open(io.BytesIO(data))], return_tensors="np")["pixel_values"]
+        tiles = vt.grid[0]
+        assert full.shape == (tiles, 3, 448, 448) and tiles == vt.grid[1] * vt.grid[2] + 1
+        seen = set()
+        for _packed, parts in _shares(em, spec, data, 3):
+            assert parts.mrope == []  # InternVL: 1-D positions only
+            for (t, gh, gw), (_k, _kind, first, count), px in zip(
+                parts.grid_thw, parts.runs, parts.pixel_values
+            ):
+                assert (t, gh, gw) == (count, 32, 32) and px.shape == (count, 3, 448, 448)
+                np.testing.assert_array_equal(px, full[first : first + count])
+                seen.update(range(first, first + count))
+        assert seen == set(range(tiles))
 
 
 def test_frame_indices_equal_qwen_vl_utils() -> None:

@@ -191,3 +191,19 @@ def test_qwen3_positions_restart_per_group_and_equal_get_rope_index(tok, qwen3) 
     em, ids, types = _sample(tok, "qwen3-vl", 1, vt, VisionOptions())
     want, _ = qwen3.get_rope_index(ids, types, image_grid_thw=torch.tensor([vt.grid]))
     np.testing.assert_array_equal(em.mrope, want[:, 0].numpy())
+
+
+def test_qwen2vl_video_positions_count_tubelets_unscaled(tok) -> None:
+    from transformers import Qwen2VLConfig, Qwen2VLModel
+
+    cfg = Qwen2VLConfig(
+        text_config={**TEXT_CFG, "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]}},
+        vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=2),
+    )
+    model = Qwen2VLModel(cfg).eval()
+    rule = get_rule("qwen2-vl", text_counter=lambda s: len(TokenizerText(tok)(s)))
+    for n, fps, h, w in CLIPS:
+        vt = rule.video(num_frames=n, fps=fps, height=h, width=w)
+        em, ids, types = _sample(tok, "qwen2-vl", 2, vt, VisionOptions(next_text="spatial"), n, fps)
+        want, _ = model.get_rope_index(ids, types, video_grid_thw=torch.tensor([vt.grid]))
+        np.testing.assert_array_equal(em.mrope, want[:, 0].numpy())
