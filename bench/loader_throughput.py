@@ -51,9 +51,26 @@ def _text(sample: dict[str, Any]) -> str:
     return json.loads(sample["json"])["text"]
 
 
+def train_bpe(texts: list[str], vocab_size: int, path: Path) -> Path:
+    """A byte-level BPE trained offline on the bench corpus (what a real LLM tokenizer does per
+    token: pre-tokenize, merge), saved as tokenizer.json; both pipelines load this one file."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    tok.save(str(path))
+    return path
+
+
 class _PlainMap:
-    def __init__(self, eod: int) -> None:
-        self.tok, self.eod = ByteTokenizer(), eod
+    def __init__(self, tok: Any, eod: int) -> None:
+        self.tok, self.eod = tok, eod
 
     def __call__(self, sample: dict[str, Any]) -> torch.Tensor:
         ids = self.tok(_text(sample))
@@ -88,12 +105,14 @@ def _timed(sizes: Any) -> tuple[int, tuple[float, float]]:
     return total, (t1 - t0, t1 - (first or t0))
 
 
-def run_plain(urls: list[str], gbs: int, workers: int, repeat: int) -> tuple[int, float, float]:
+def run_plain(
+    urls: list[str], gbs: int, workers: int, repeat: int, tok: Any
+) -> tuple[int, float, float]:
     import webdataset as wds
 
     ds = (
         wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-        .map(_PlainMap(eod=0))
+        .map(_PlainMap(tok, eod=0))
         .batched(gbs, collation_fn=_pack, partial=True)
     )
     dl = torch.utils.data.DataLoader(
@@ -109,12 +128,14 @@ def run_plain(urls: list[str], gbs: int, workers: int, repeat: int) -> tuple[int
     return tokens, float(np.median(times)), float(np.median(steady))
 
 
-def run_plain_dp(urls: list[str], n: int, gbs: int, workers: int, repeat: int) -> dict[str, float]:
+def run_plain_dp(
+    urls: list[str], n: int, gbs: int, workers: int, repeat: int, tok: Any
+) -> dict[str, float]:
     """Plain data parallelism on n replicas: replica r reads shards r, r+n, ... (split_by_node)
     with a per-replica batch of gbs / n; the job waits for the slowest replica."""
     times, steady, total = [], [], 0
     for r in range(n):
-        tokens, wall, st = run_plain(urls[r::n], max(1, gbs // n), workers, repeat)
+        tokens, wall, st = run_plain(urls[r::n], max(1, gbs // n), workers, repeat, tok)
         total += tokens
         times.append(wall)
         steady.append(st)
@@ -128,7 +149,14 @@ def run_plain_dp(urls: list[str], n: int, gbs: int, workers: int, repeat: int) -
 
 
 def run_fcp(
-    index: Any, n: int, gbs: int, workers: int, cost: Any, repeat: int, store: bool = False
+    index: Any,
+    n: int,
+    gbs: int,
+    workers: int,
+    cost: Any,
+    repeat: int,
+    tok: Any,
+    store: bool = False,
 ) -> dict[str, float]:
     from fcp_data.loader import FCPDataLoader, LoaderOptions
     from fcp_data.planner import Cluster
@@ -143,7 +171,7 @@ def run_fcp(
             replica=r,
             global_batch_size=gbs,
             num_workers=workers,
-            tokenizer=ByteTokenizer(),
+            tokenizer=tok,
             options=LoaderOptions(shuffle=False, token_store=store),
         )
         for _ in zip(range(2), ld):  # warm-up epoch start (planner kernels, page cache)
@@ -183,10 +211,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3, help="epochs timed; the median is kept")
     ap.add_argument(
+        "--tokenizer",
+        choices=["bytes", "bpe"],
+        default="bytes",
+        help="bytes: utf-8 bytes as ids (near-free); bpe: a byte-level BPE (tokenizers library, "
+        "vocab 8192) trained on the corpus, the cost a real LLM tokenizer has",
+    )
+    ap.add_argument(
         "--out", default=str(Path(__file__).parent / "results" / "loader_throughput.json")
     )
     args = ap.parse_args(argv)
 
+    import webdataset as wds
     from rich.console import Console
     from rich.table import Table
 
@@ -198,16 +234,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         paths = make_shards(Path(tmp) / "shards", text=args.samples, seed=0, samples_per_shard=64)
         urls = [str(p) for p in paths]
-        counter = CallableCounter(ByteTokenizer(), spec=ByteTokenizer.spec)
+        if args.tokenizer == "bpe":
+            from fcp_data.readers.text import as_tokenizer
+
+            texts = [_text(s) for s in wds.WebDataset(urls, shardshuffle=False, empty_check=False)]
+            tok: Any = as_tokenizer(train_bpe(texts, 8192, Path(tmp) / "bpe.json"))
+            counter = CallableCounter(tok)
+        else:
+            tok = ByteTokenizer()
+            counter = CallableCounter(tok, spec=ByteTokenizer.spec)
         index = build_index(urls, Path(tmp) / "index", counter=counter)
         stored = build_index(urls, Path(tmp) / "stored", counter=counter, store_tokens=True)
         cost = CostModel.from_model("qwen3-1.7b", "cpu")
         plain_tokens, plain_s, plain_steady = run_plain(
-            urls, args.global_batch, args.workers, args.repeat
+            urls, args.global_batch, args.workers, args.repeat, tok
         )
-        dp = run_plain_dp(urls, args.replicas, args.global_batch, args.workers, args.repeat)
+        dp = run_plain_dp(urls, args.replicas, args.global_batch, args.workers, args.repeat, tok)
         rows = [
-            run_fcp(idx, n, args.global_batch, args.workers, cost, args.repeat, store=idx is stored)
+            run_fcp(
+                idx, n, args.global_batch, args.workers, cost, args.repeat, tok, store=idx is stored
+            )
             for idx in (index, stored)
             for n in (1, args.replicas)
         ]
@@ -217,6 +263,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "global_batch": args.global_batch,
         "workers": args.workers,
         "repeat": args.repeat,
+        "tokenizer": args.tokenizer,
         "command": "python bench/loader_throughput.py "
         + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
         "tokens": plain_tokens,
@@ -241,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     table = Table(
         title=f"loader throughput: {args.samples} stdlib-text samples, "
-        f"{plain_tokens:,} tokens, global batch {args.global_batch}, "
+        f"{plain_tokens:,} tokens ({args.tokenizer}), global batch {args.global_batch}, "
         f"{args.workers} workers"
     )
     for col in (

@@ -4,16 +4,13 @@
     python examples/train_megatron.py --replicas 4 --steps 8
     torchrun --nproc-per-node 4 examples/train_megatron.py --index out/index
 
-One process per replica (TP = PP = 1). World size, rank and the rendezvous come from torchrun's
-environment (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); without it the script
-starts torchrun on this host itself. Every replica plans the same global batch (no collective)
-and gets only its own zigzag shards; the loss is divided by the global batch's loss-token count,
-so the gradients are SUMMED over replicas (fcp_exec.all_reduce_gradients) before Adam steps.
-Without --index, rank 0 writes sample shards (stdlib text, small mp4 clips) and indexes them.
-Text becomes ids 4 bytes to a token, so counts equal the index's default `bytes:4` exactly;
-video enters as placeholder ids (no vision encoder). The model has the shape of the shipped
-`cpu-small` cost profile, which the planner uses. CPU and gloo; `--device cuda` uses NCCL and
-one GPU per process (LOCAL_RANK), a path not run on hardware here.
+One process per replica (TP = PP = 1); world size, rank and rendezvous come from torchrun's
+environment, and without it the script starts torchrun on this host. The loss is divided by the
+global batch's loss-token count, so gradients are SUMMED over replicas (all_reduce_gradients).
+Without --index, rank 0 writes and indexes sample shards (stdlib text, small mp4 clips). Text
+becomes ids 4 bytes to a token (exactly the index's default `bytes:4` count); video enters as
+placeholder ids. The model has the shape of the shipped `cpu-small` cost profile. CPU/gloo;
+`--device cuda` (NCCL, one GPU per process by LOCAL_RANK) was not run on hardware here.
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@
 1. Planner comparison: a long-tailed GitHub-like and an extreme global batch (512 sequences,
    up to 128K tokens) for Qwen3-8B on 64 H200 replicas (8 per node, 16K tokens each), planned
    by fcp and the baselines and scored by the same cost model (simulated, nothing trained).
-2. The real pipeline on this machine: write sample WebDataset shards (many short stdlib
-   sources and a few long ones, small mp4 clips), index them, plan one global batch with the
-   measured CPU profile and draw fcp beside static CP and megatron-core's hybrid CP.
+2. The real pipeline on this machine: write sample WebDataset shards (stdlib sources, many
+   short and a few long, and small mp4 clips), index them, time real d = 1 and d = 2 ring
+   groups here (~10 s; on CPU gloo ring transfers share the cores that compute, so they hide
+   behind little), plan one global batch with the shipped cpu-small profile priced with that
+   ring, and draw fcp beside static CP and megatron-core's hybrid CP.
 3. Train a small megatron-core GPT on gloo processes with FCPDataLoader + fcp_exec
    (`python -m fcp_exec.demo`, a separate process: the data side never imports the training
    side), then the same batches again with static CP, and print measured step times side by
@@ -21,13 +23,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from ..errors import ExecError, MissingDependencyError
+from ..errors import ConfigError, ExecError, MissingDependencyError
 from ..planner import Cluster, CostModel, generate_lengths
 from ..planner.compare import DEFAULT_STRATEGIES, StrategyResult, compare_strategies
 
@@ -63,9 +66,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="leave out the simulated 64-replica comparison (step 1)",
     )
     p.add_argument(
-        "--replicas", type=int, default=4, help="training processes, one replica each (default 4)"
+        "--replicas",
+        type=int,
+        help="training processes, one replica each (default: CPU cores, at most 4; more "
+        "processes than cores make ring partners wait for each other's turn on a core)",
     )
     p.add_argument("--steps", type=int, default=3, help="training steps per strategy (default 3)")
+    p.add_argument(
+        "--cost",
+        metavar="NAME|FILE",
+        help="plan and train with this cost profile instead of cpu-small priced with the ring "
+        "measured here (e.g. --cost cpu-small: the idle ping-pong price)",
+    )
     p.set_defaults(func=run)
 
 
@@ -96,17 +108,47 @@ def _speedup(results: list[StrategyResult]) -> float:
     return by.get("static", float("nan")) / by.get("fcp", float("nan"))
 
 
-def _train(args: argparse.Namespace, index: Path, report: Path) -> dict:
+def _local_cost(args: argparse.Namespace, out: Path) -> tuple[Path, str]:
+    """The profile for this machine's batch: --cost, or cpu-small with the ring timed here."""
+    from ..profiling import fit_ring, measure_ring, resolve_cost, shape_from_name, with_ring
+
+    if args.cost:
+        return resolve_cost(args.cost), f"cost profile {args.cost}"
+    base = CostModel.load(resolve_cost("cpu-small"))
+    if importlib.util.find_spec("fcp_exec") is None:
+        return resolve_cost(
+            "cpu-small"
+        ), "cost profile cpu-small (fcp_exec missing: ring not timed)"
+    t0 = time.perf_counter()
+    try:
+        fit = fit_ring(measure_ring(shape_from_name("cpu-small")), base)
+    except ConfigError as exc:  # the ring hid behind compute here: the ping-pong price holds
+        return resolve_cost("cpu-small"), f"ring timed here: {exc}; planning with cpu-small"
+    cost = with_ring(base, fit)
+    path = out / "cost-ring.json"
+    cost.save(path)
+    worst = max(fit.rows, key=lambda r: r.x)
+    return path, (
+        f"ring timed here ({time.perf_counter() - t0:.0f} s): a d = 2 group of "
+        f"{int(worst.x):,} tokens exposes {worst.measured * 1e3:.0f} ms of communication; "
+        f"effective bandwidth {cost.intra_node_bandwidth / 1e6:.0f} MB/s (idle ping-pong: "
+        f"{base.intra_node_bandwidth / 1e6:.0f} MB/s), β2 {cost.beta2 * 1e3:.1f} ms -> {path}"
+    )
+
+
+def _train(args: argparse.Namespace, index: Path, cost: Path, report: Path) -> dict:
     """Step 3 in a child process: fcp, then static CP on the same batches."""
     if importlib.util.find_spec("fcp_exec") is None or importlib.util.find_spec("megatron") is None:
         raise MissingDependencyError(
             "training needs fcp_exec and megatron-core: pip install 'fcp[megatron]', or pass "
             "--skip-train"
         )
+    cap = 1024  # tokens per replica: the longest sample kept fits the whole cluster
     cmd = [sys.executable, "-m", "fcp_exec.demo", "--replicas", str(args.replicas),
            "--steps", str(args.steps), "--index", str(index), "--seed", str(args.seed),
-           "--global-batch", "8", "--tokens-per-replica", "2048", "--max-tokens", "8192",
-           "--baseline", "static", "--report", str(report)]  # fmt: skip
+           "--global-batch", "16", "--tokens-per-replica", str(cap),
+           "--max-tokens", str(cap * args.replicas),
+           "--baseline", "static", "--cost", str(cost), "--report", str(report)]  # fmt: skip
     code = subprocess.call(cmd)
     if code:
         raise ExecError(f"training exited with status {code}: {' '.join(cmd)}")
@@ -122,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
 
     con = Console()
     t_start = time.perf_counter()
+    if args.replicas is None:
+        args.replicas = max(2, min(4, os.cpu_count() or 2))
     out: Path = args.output
     lines: list[str] = []
     if not args.skip_compare:
@@ -140,11 +184,11 @@ def run(args: argparse.Namespace) -> int:
         f"({time.perf_counter() - t0:.1f} s)",
         soft_wrap=True,
     )
+    cost_path, how = _local_cost(args, out)
+    con.print(how, soft_wrap=True)
+    cost = CostModel.load(cost_path)
     batch = batch_from_index(out / "index", batch_size=32, seed=args.seed)
     cluster = Cluster(8, tokens_per_replica=4096)
-    from ..profiling import resolve_cost
-
-    cost = CostModel.load(resolve_cost("cpu-small"))
     picture, results = view(batch, cluster, cost, out / "plan.png")
     summarize(results, batch, picture)
     fcp = next(r for r in results if r.strategy == "fcp")
@@ -152,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     plan_path = out / "plan.json"
     plan_path.write_bytes(Plan.to_json(fcp.plan))
     lines += [
-        f"plan picture of this machine's batch (measured CPU profile): {picture.resolve()}",
+        f"plan picture of this machine's batch ({cost.name}): {picture.resolve()}",
         f"fcp plan (JSON, `fcp view --plan {plan_path}`): {plan_path.resolve()}",
     ]
     lines += [
@@ -164,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.skip_train:
         con.rule(f"3. training on {args.replicas} gloo processes: fcp, then static CP")
         with tempfile.TemporaryDirectory() as tmp:
-            rep = _train(args, out / "index", Path(tmp) / "report.json")
+            rep = _train(args, out / "index", cost_path, Path(tmp) / "report.json")
         fcp_s = sum(r["measured_s"] for r in rep["steps"])
         static_s = sum(r["measured_s"] for r in rep["baseline_steps"])
         first, last = rep["steps"][0], rep["steps"][-1]

@@ -78,6 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-p2p", action="store_true", help="skip the two-process P2P measurement")
     profile_vision.add_arguments(p)
     p.add_argument(
+        "--ring",
+        action="store_true",
+        help="also time real d=1 and d=2 groups (fcp_exec's ring attention, 2 gloo processes) "
+        "and price the ring by what they expose instead of by an idle ping-pong; for CPU gloo, "
+        "where transfers share the cores that compute (~10 s more)",
+    )
+    p.add_argument(
         "-o", "--output", type=Path, help="profile JSON to write (default out/profile-<model>.json)"
     )
     p.set_defaults(func=run)
@@ -163,6 +170,30 @@ def _measure(config: Any, console: Any) -> Any:
         return run_profile(config, on_step=lambda msg: bar.update(task, advance=1, description=msg))
 
 
+def _ring(profile: Any, shape: Any, console: Any) -> Any:
+    """Replace the ping-pong link price by the ring's exposed cost measured on real groups."""
+    from fcp_data.profiling import fit_ring, fit_warnings, measure_ring, with_ring
+
+    print("timing d=1 and d=2 groups on 2 processes (python -m fcp_exec.profile_ring)", flush=True)
+    rows = measure_ring(shape)
+    fit = fit_ring(rows, profile.cost)
+    cost = with_ring(profile.cost, fit)
+    for r in fit.rows:
+        console.print(
+            f"  ring s={int(r.x)}: exposed {r.measured * 1e3:.1f} ms, fitted "
+            f"{r.predicted * 1e3:.1f} ms ({r.rel_error:+.0%})"
+        )
+    console.print(
+        f"ring: bandwidth {cost.intra_node_bandwidth / 1e6:.0f} MB/s effective, "
+        f"β2 = {cost.beta2 * 1e3:.2f} ms per ring step (was "
+        f"{profile.cost.intra_node_bandwidth / 1e9:.2f} GB/s, {profile.cost.beta2 * 1e3:.2f} ms)"
+    )
+    for w in fit_warnings(fit, "ring fit"):
+        print(f"fcp profile: warning: {w}", file=sys.stderr, flush=True)
+    meta = {**profile.meta, "ring_rows": rows, "ring_fit": fit.coef}
+    return dataclasses.replace(profile, cost=cost, meta=meta)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -183,6 +214,8 @@ def run(args: argparse.Namespace) -> int:
     profile = _measure(config, console)
     _print_tables(profile, console)
     print_warnings(profile)
+    if args.ring:
+        profile = _ring(profile, shape, console)
     profile_vision.attach_vision(profile, args, console)
     out = args.output or Path("out") / f"profile-{shape.name}.json"
     profile.save(out)

@@ -3,10 +3,13 @@
 Modules, one job each: `dataloader` (the public `FCPDataLoader` and `LoaderOptions`),
 `sampler` (deterministic global batches of sample ids), `global_batch` (plan one global batch,
 read this replica's samples, pack its micro-batches), `encode` (sample members -> token ids and
-vision inputs), `source` (opening an index or shard specs), `types` (resume state, metrics).
+vision inputs), `source` (opening an index or shard specs), `types` (resume state, metrics),
+`blend` (several sources mixed by weight), `token_source` (an index's token store),
+`handoff` (one buffer per micro-batch out of workers).
 """
 
+from .blend import Blend
 from .dataloader import FCPDataLoader, LoaderOptions
 from .types import BatchMetrics, LoaderState, SampleSource
 
-__all__ = ["BatchMetrics", "FCPDataLoader", "LoaderOptions", "LoaderState", "SampleSource"]
+__all__ = ["BatchMetrics", "Blend", "FCPDataLoader", "LoaderOptions", "LoaderState", "SampleSource"]

@@ -24,6 +24,7 @@ megatron adapter `packed_seq_params` are the training side; this module does not
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import multiprocessing
 import warnings
@@ -42,6 +43,7 @@ from ..readers.rules_base import VisionTokenRule
 from ..readers.text import as_tokenizer
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch, SampleReadError
+from .handoff import one_buffer
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
 from .token_source import open_token_store
@@ -84,6 +86,10 @@ class LoaderOptions:
     """fcp_data.vision.VisionOptions: real templates, pixel payload and M-RoPE ids for media."""
     token_store: bool = True
     """Use the index's token store (`fcp index --store-tokens`) for text when it has one."""
+    remote: Any = None
+    """fcp_data.readers.remote.RemoteOptions for http(s)/s3 shards (retries, fsspec options)."""
+    shard_cache: Any = None
+    """fcp_data.readers.cache.ShardCache where pipe: shards are copied to be loaded."""
 
 
 class _PlannedBatches(IterableDataset):
@@ -97,7 +103,10 @@ class _PlannedBatches(IterableDataset):
         w, n = (0, 1) if info is None else (info.id, info.num_workers)
         order = self.builder.sampler.order(self.epoch)
         for b in range(self.start + w, self.stop, n):
-            yield self.builder.build(self.epoch, b, order)
+            pb = self.builder.build(self.epoch, b, order)
+            if info is not None:  # crossing a process boundary: one buffer per micro-batch
+                pb.micro_batches = [one_buffer(mb) for mb in pb.micro_batches]
+            yield pb
 
 
 def _identity(x: PlannedBatch) -> PlannedBatch:
@@ -153,14 +162,18 @@ class FCPDataLoader:
                 self.source_skipped[:3],
             )
         check_source_matches(src, tokenizer, vision_rule)
+        if hasattr(src, "shard_cache"):  # a LengthIndex: how to reach non-local shards
+            src.remote = opts.remote if opts.remote is not None else src.remote
+            src.shard_cache = opts.shard_cache if opts.shard_cache is not None else src.shard_cache
         self.cluster, self.cost, self.replica = cluster, cost, int(replica)
         self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
-        self.sampler = GlobalBatchSampler(
-            num_samples=len(src.seqlens),
-            global_batch_size=global_batch_size,
-            seed=seed,
-            drop_last=opts.drop_last,
-            shuffle=opts.shuffle,
+        sampling = {"global_batch_size": global_batch_size, "seed": seed}
+        sampling.update(drop_last=opts.drop_last, shuffle=opts.shuffle)
+        make_sampler = getattr(src, "make_sampler", None)  # a Blend mixes its sources by weight
+        self.sampler = (
+            make_sampler(**sampling)
+            if callable(make_sampler)
+            else GlobalBatchSampler(num_samples=len(src.seqlens), **sampling)
         )
         planner = opts.planner
         if planner is None:
@@ -285,13 +298,7 @@ class FCPDataLoader:
             )
             wave = 0
         if s.seed != self.sampler.seed:
-            self.sampler = GlobalBatchSampler(
-                num_samples=self.sampler.num_samples,
-                global_batch_size=g,
-                seed=s.seed,
-                drop_last=self.sampler.drop_last,
-                shuffle=self.sampler.shuffle,
-            )
+            self.sampler = dataclasses.replace(self.sampler, seed=s.seed)
             self._builder.sampler = self.sampler
         self._epoch, self._batch, self._wave = s.epoch, batch, wave
 

@@ -113,7 +113,7 @@ class SampleEncoder(VisionEncoderMixin):
     def __call__(self, source: SampleSource, pos: int) -> EncodedSample:
         modality = int(source.modality[pos])
         special = int(source.special_tokens[pos])
-        if modality == TEXT and self.store is not None:  # ids from the token store, lazily
+        if modality == TEXT and self.store is not None and self.store.has(pos):  # stored ids
             return EncodedSample(tokens=self.store.tokens(pos, eod=special, eod_id=self.eod_id))
         sample = source.read(pos)
         if modality == TEXT:

@@ -155,6 +155,23 @@ class BatchBuilder:
         spec = enc._spec()
         return build_payload(out, spec, row_width=3 * spec.temporal * spec.patch**2)
 
+    def _source_counts(self, ids: np.ndarray) -> tuple[int, ...]:
+        count = getattr(self.source, "source_counts", None)
+        return tuple(count(ids)) if callable(count) else ()
+
+    def _prefetch(self, pos: tuple[int, ...]) -> None:
+        """Let a source with remote shards fetch this replica's samples of the batch
+        concurrently (one round of range requests); samples a token store serves are skipped."""
+        prefetch = getattr(self.source, "prefetch", None)
+        if prefetch is None:
+            return
+        store = getattr(self.encoder, "store", None)
+        if store is not None:
+            modality = self.source.modality
+            pos = tuple(p for p in pos if int(modality[p]) != 0 or not store.has(p))
+        if pos:
+            prefetch(pos)
+
     def own_keys(self, epoch: int, batch_index: int) -> list[str]:
         """Keys this replica reads in a global batch (to name suspects when a worker dies)."""
         ids = self.sampler.batch(epoch, batch_index)
@@ -178,6 +195,13 @@ class BatchBuilder:
             for s in plan.dropped
         ]
         t1 = time.perf_counter()
+        self._prefetch(
+            tuple(
+                int(ids[s])
+                for w in range(plan.num_waves)
+                for s in plan.for_replica(self.replica, w).sequence_ids
+            )
+        )
         mbs: list[MicroBatch] = []
         for w in range(plan.num_waves):
             rank_plan = plan.for_replica(self.replica, w)
@@ -252,6 +276,7 @@ class BatchBuilder:
             load_s=time.perf_counter() - t1,
             digest=plan.digest,
             skipped=tuple(skipped),
+            source_counts=self._source_counts(ids),
         )
         return PlannedBatch(
             epoch=epoch, batch_index=batch_index, micro_batches=mbs, metrics=metrics

@@ -18,6 +18,9 @@ def open_token_store(source: Any) -> Any:
     Raises TokenStoreMismatchError (an IndexMismatchError naming the file) when the store does
     not match the index: another tokenizer, a truncated file, other lengths.
     """
+    blend = getattr(source, "token_store", None)
+    if callable(blend):  # a Blend: its sources' stores behind blend positions
+        return blend()
     path = getattr(source, "path", None)
     if path is None or not hasattr(source, "header"):
         return None

@@ -51,6 +51,8 @@ class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
     load_s: float
     digest: str
     skipped: tuple[tuple[str, str], ...] = ()
+    source_counts: tuple[int, ...] = ()
+    """Samples of each blended source in this batch (loader.blend.Blend; empty otherwise)."""
 
     @property
     def ratio_to_bound(self) -> float:

@@ -24,13 +24,16 @@ __all__ = [
     "ProfileConfig",
     "fit_compute",
     "fit_p2p",
+    "fit_ring",
     "fit_warnings",
     "measure_p2p",
+    "measure_ring",
     "resolve_cost",
     "run_profile",
     "shape_from_name",
     "shipped_names",
     "shipped_profile",
+    "with_ring",
 ]
 
 _WHERE = {
@@ -40,6 +43,7 @@ _WHERE = {
     "P2PPoint": "p2p", "measure_p2p": "p2p",
     "Profile": "measure", "ProfileConfig": "measure", "run_profile": "measure",
     "shipped_profile": "shipped", "shipped_names": "shipped", "resolve_cost": "shipped",
+    "fit_ring": "ring", "measure_ring": "ring", "with_ring": "ring",
 }  # fmt: skip
 
 

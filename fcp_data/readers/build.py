@@ -31,6 +31,7 @@ from .index_format import (
     ShardEntry,
 )
 from .length_index import LengthIndex
+from .remote import is_remote
 from .scan import SampleRecord, ScanConfig, Scanner
 from .shards import expand_shards, is_seekable, shard_fingerprint
 from .text import TokenCounter, as_counter, load_counter
@@ -64,6 +65,8 @@ def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = Non
         records.append(rec)
         if recorder is not None:
             ids.append(recorder.take(rec))
+        if is_remote(url):
+            rec.payload = None  # members are fetched by range later, not shipped to the parent
     skipped = scanner.log.skipped[start:]
     head = len(skipped) if head < 0 else head
     tail = len(skipped) if not records else len(scanner.log.skipped) - last

@@ -172,6 +172,11 @@ def _grow_pipe(fd: int) -> None:
 
 def open_source(url: str, *, timeout_s: float) -> ByteSource:
     """Open a shard URL for reading; OSError when a local path cannot be opened."""
+    if "://" in url:
+        from .remote import RemoteStream, is_remote
+
+        if is_remote(url):
+            return RemoteStream(url, timeout_s=timeout_s)
     if url.startswith("pipe:"):
         proc = subprocess.Popen(
             url[5:],

@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import IndexMismatchError, StaleIndexError
 from .errors import SkippedSample
 from .index_format import FORMAT_VERSION, HEADER_NAME, SAMPLE_ARRAYS, IndexHeader
+from .remote import is_remote
 from .scan import MODALITIES
 from .shards import is_seekable, shard_fingerprint
 
@@ -43,6 +44,10 @@ class LengthIndex:
         self.path, self.header = path, header
         self._a = arrays
         self._files: OrderedDict[int, int] = OrderedDict()  # shard -> fd, LRU
+        self.remote: Any = None  # readers.remote.RemoteOptions for http(s)/s3 shards
+        self.shard_cache: Any = None  # readers.cache.ShardCache for pipe: shards
+        self._access: Any = None  # readers.shard_access.ShardAccess, made on first use
+        self._has_remote: bool | None = None
         self.shard_urls = [
             u.url if not is_seekable(u.url) else str((path / u.url).resolve())
             for u in header.shards
@@ -226,10 +231,10 @@ class LengthIndex:
         shard = int(self._a["shard"][i])
         url = self.shard_urls[shard]
         if not is_seekable(url):
-            raise ValueError(
-                f"sample {i} lives in {url!r}, a pipe; random access needs a local "
-                "file: copy the shards locally and re-index, or stream them"
-            )
+            got = self._shard_access().read(i, url, exts)
+            if isinstance(got, dict):
+                return got
+            url = got  # a pipe: shard's local copy
         fd = self._files.get(shard)
         if fd is None:
             fd = os.open(url, os.O_RDONLY)
@@ -251,6 +256,20 @@ class LengthIndex:
             out[ext] = data
         return out
 
+    def _shard_access(self) -> Any:
+        if self._access is None:
+            from .shard_access import ShardAccess
+
+            self._access = ShardAccess(self, self.remote, self.shard_cache)
+        return self._access
+
+    def prefetch(self, positions: Any) -> None:
+        """Read ahead the remote samples among `positions` (no-op for local shards)."""
+        if self._has_remote is None:
+            self._has_remote = any(is_remote(u) for u in self.shard_urls)
+        if self._has_remote:
+            self._shard_access().prefetch(positions)
+
     def close(self) -> None:
         while self._files:
             os.close(self._files.popitem()[1])
@@ -261,7 +280,7 @@ class LengthIndex:
             os.close(files.popitem()[1])
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _reopen, (str(self.path),)
+        return _reopen, (str(self.path), self.remote, self.shard_cache)
 
     def __repr__(self) -> str:
         return (
@@ -270,5 +289,7 @@ class LengthIndex:
         )
 
 
-def _reopen(path: str) -> LengthIndex:
-    return LengthIndex.open(path, verify=False)
+def _reopen(path: str, remote: Any = None, cache: Any = None) -> LengthIndex:
+    index = LengthIndex.open(path, verify=False)
+    index.remote, index.shard_cache = remote, cache
+    return index

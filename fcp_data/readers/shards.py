@@ -21,6 +21,7 @@ import msgspec
 
 from .byte_source import is_stream, open_source
 from .errors import CompressedShardError
+from .remote import is_remote, remote_fingerprint
 from .tar_blocks import TarDamage, TarMember, compression_of, walk_tar
 
 __all__ = [
@@ -64,8 +65,8 @@ class BadMember(msgspec.Struct, frozen=True):
 
 
 def is_seekable(url: str) -> bool:
-    """False for `pipe:` URLs and FIFOs: their members are kept in memory while scanning."""
-    return not is_stream(url)
+    """False for `pipe:` URLs, FIFOs and remote URLs: only local files are read by seeking."""
+    return not is_stream(url) and not is_remote(url)
 
 
 def expand_shards(specs: Sequence[str] | str) -> list[str]:
@@ -81,7 +82,7 @@ def expand_shards(specs: Sequence[str] | str) -> list[str]:
     for spec in specs:
         urls: list[str] = []
         for url in (u for part in spec.split("::") for u in braceexpand(part)):
-            if url.startswith("pipe:"):
+            if url.startswith("pipe:") or is_remote(url):
                 urls.append(url)  # braces expand inside commands too, as in webdataset
             elif glob.has_magic(url):
                 found = sorted(glob.glob(url))
@@ -119,6 +120,8 @@ def shard_fingerprint(url: str) -> str:
     the usual staleness (a shard rewritten, truncated or appended to). Pipes cannot be verified
     and get "".
     """
+    if is_remote(url):
+        return remote_fingerprint(url)  # size + ETag from one HEAD
     if not is_seekable(url):
         return ""
     size = os.path.getsize(url)

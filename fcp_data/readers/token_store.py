@@ -197,7 +197,7 @@ class StoredTokens:
     def __getitem__(self, s: slice) -> np.ndarray:
         if not isinstance(s, slice):
             raise TypeError("StoredTokens supports slices only")
-        a, b, step = s.indices(len(self))
+        a, b, step = s.indices(self.n + self.eod)
         if step != 1:
             raise ValueError("StoredTokens supports contiguous slices only")
         out = np.empty(max(0, b - a), dtype=np.int64)
@@ -262,7 +262,8 @@ class TokenStore:
                 f"{header.num_samples} samples, {header.num_tokens} ids"
             )
         flat = (
-            np.memmap(flat_path, dtype=dtype, mode="r")
+            # a plain ndarray view of the map: slicing it is ~10x cheaper than a memmap's
+            np.memmap(flat_path, dtype=dtype, mode="r").view(np.ndarray)
             if want
             else np.zeros(0, dtype=dtype)  # mmap of an empty file is an error
         )

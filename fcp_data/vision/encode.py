@@ -57,9 +57,10 @@ def media_loss_tokens(
     `before`/`after` are (token count, is_target) pieces around the media (a conversation);
     by default everything after the template (caption and end-of-document ids) is a target.
     """
-    tpl = _template_targets(vt, text_counter)
-    if not loss_on_template:
-        tpl[:] = False
+    if loss_on_template:
+        tpl = _template_targets(vt, text_counter)
+    else:  # no template token is a target: nothing to tokenize
+        tpl = np.zeros(vt.total, dtype=bool)
     flags = [np.full(n, t, dtype=bool) for n, t in before]
     flags.append(tpl)
     head = sum(f.size for f in flags)

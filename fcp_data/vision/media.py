@@ -15,7 +15,9 @@ more than 8 bits per channel (I;16, I, F) have no agreed 8-bit meaning and are r
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -24,32 +26,102 @@ __all__ = ["decode_video_frames", "internvl_tiles", "load_image", "resize_frames
 REFUSED_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 
 
+SEEK_MIN_FRAME = 48  # below this, decoding from the start costs about what a seek saves
+
+
+def _pts_index(stream: Any) -> Callable[[int | None], int | None] | None:
+    """pts -> frame index for a constant-rate stream (exact rationals), or None if unknown."""
+    rate, base = stream.average_rate or stream.guessed_rate, stream.time_base
+    if not rate or not base:
+        return None
+    start = stream.start_time or 0
+    scale = Fraction(base) * Fraction(rate)
+
+    def index(pts: int | None) -> int | None:
+        if pts is None:
+            return None
+        x = (pts - start) * scale
+        i = round(x)
+        return int(i) if abs(x - i) < Fraction(1, 100) else None
+
+    return index
+
+
+def _decode(data: bytes, wanted: list[int], seek: bool) -> tuple[dict[int, np.ndarray], int]:
+    """Wanted frames by index and the last index decoded; None-safe seek when `seek`.
+
+    With `seek`, the container seeks to the keyframe before the first wanted frame and every
+    decoded frame's index is derived from its pts; any frame whose pts does not give the next
+    whole index (variable rate, missing pts, a seek that lands past the frame) raises
+    _SeekUnreliable and the caller decodes from the start instead.
+    """
+    import av
+
+    want = set(wanted)
+    got: dict[int, np.ndarray] = {}
+    last = -1
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        index_of = _pts_index(stream) if seek else None
+        if seek and index_of is None:
+            raise _SeekUnreliable
+        i = 0
+        if seek:
+            assert index_of is not None
+            target = stream.start_time or 0
+            target += int(
+                wanted[0]
+                / (
+                    Fraction(stream.time_base)
+                    * Fraction(stream.average_rate or stream.guessed_rate)
+                )
+            )
+            container.seek(target, stream=stream, backward=True, any_frame=False)
+        for frame in container.decode(stream):
+            if seek:
+                j = index_of(frame.pts)  # type: ignore[misc]
+                if j is None or (last >= 0 and j != last + 1) or (last < 0 and j > wanted[0]):
+                    raise _SeekUnreliable
+                i = j
+            last = i
+            if i in want:
+                got[i] = frame.to_ndarray(format="rgb24")
+            if i >= wanted[-1]:
+                break
+            i += 1
+    return got, last
+
+
+class _SeekUnreliable(Exception):
+    """Frame indices cannot be trusted after a seek: decode from the start."""
+
+
 def decode_video_frames(data: bytes, indices: Sequence[int]) -> np.ndarray:
-    """uint8 (len(indices), H, W, 3) source frames `indices` (repeats allowed) of `data`."""
+    """uint8 (len(indices), H, W, 3) source frames `indices` (repeats allowed) of `data`.
+
+    A replica that holds only late tubelets of a long video seeks to the keyframe before its
+    first frame (constant-rate streams; frame indices checked from pts) instead of decoding
+    from frame 0, so its decode work follows the frames it holds.
+    """
     import av
 
     wanted = sorted(set(int(i) for i in indices))
     if not wanted or wanted[0] < 0:
         raise ValueError(f"frame indices {wanted[:4]} must be non-empty and >= 0")
-    got: dict[int, np.ndarray] = {}
-    last_seen = -1
     try:
-        with av.open(io.BytesIO(data)) as container:
-            for i, frame in enumerate(container.decode(video=0)):
-                last_seen = i
-                if i in wanted:
-                    got[i] = frame.to_ndarray(format="rgb24")
-                if i >= wanted[-1]:
-                    break
+        try:
+            got, last = _decode(data, wanted, seek=wanted[0] >= SEEK_MIN_FRAME)
+        except _SeekUnreliable:
+            got, last = _decode(data, wanted, seek=False)
     except (av.error.FFmpegError, OSError, ValueError) as e:
         raise ValueError(
-            f"frame decoding failed after source frame {last_seen} ({type(e).__name__}: {e}); "
-            "the file is corrupt: re-encode it or drop the sample (on_error='skip' counts it)"
+            f"frame decoding failed ({type(e).__name__}: {e}); the file is corrupt: re-encode "
+            "it or drop the sample (on_error='skip' counts it)"
         ) from e
     missing = [i for i in wanted if i not in got]
     if missing:
         raise ValueError(
-            f"the video decodes {last_seen + 1} frames but the index samples frame {missing[0]} "
+            f"the video decodes {last + 1} frames but the index samples frame {missing[0]} "
             f"(of {len(wanted)} wanted): its frame count differs from the index's; re-probe "
             "it (rebuild the index without a sidecar num_frames, or fix the sidecar)"
         )

@@ -177,8 +177,8 @@ class _Counter:
 
 
 def _read_json(source: Any, pos: int) -> Mapping[str, Any]:
-    """Only the .json member of sample `pos` when the source can read by extension."""
+    """Only the .json (and .txt, which wins as caption) members when the source can."""
     try:
-        return source.read(pos, ["json"])
+        return source.read(pos, ["json", "txt"])
     except TypeError:
         return source.read(pos)

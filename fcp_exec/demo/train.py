@@ -15,6 +15,7 @@ ring attention is exact, so the loss differs by float rounding only).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -83,7 +84,9 @@ def _epochs(loader: Any) -> Iterator[Any]:
         epoch += 1
 
 
-def _train(cfg: TrainConfig, rank: int, cache: Any, strategy: str, no_cp: bool) -> list[dict]:
+def _train(
+    cfg: TrainConfig, rank: int, cache: Any, strategy: str, no_cp: bool, quiet: bool = False
+) -> list[dict]:
     import torch
     import torch.distributed as dist
 
@@ -134,7 +137,7 @@ def _train(cfg: TrainConfig, rank: int, cache: Any, strategy: str, no_cp: bool) 
                 "wall_s": float(stats[2]),
             }
         )
-        if rank == 0:
+        if rank == 0 and not quiet:
             r = records[-1]
             mix = " ".join(
                 f"⟨{d}⟩×{r['degrees'].count(d)}" for d in sorted(set(r["degrees"]), reverse=True)
@@ -166,6 +169,9 @@ def worker(cfg: TrainConfig, report: str | None) -> None:
         raise ConfigError(f"--replicas {cfg.replicas} but WORLD_SIZE={world}; make them equal")
     ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
     cache = CPGroupCache(ReplicaRanks(world_size=world), capacity=128)
+    if cfg.baseline:  # a side-by-side timing: one unrecorded step first, so neither run
+        warm = dataclasses.replace(cfg, steps=1)  # pays the process's cold start alone
+        _train(warm, rank, cache, cfg.strategy, no_cp=False, quiet=True)
     steps = _train(cfg, rank, cache, cfg.strategy, no_cp=False)
     base = _train(cfg, rank, cache, cfg.baseline, no_cp=False) if cfg.baseline else []
     no_cp = _train(cfg, rank, cache, cfg.strategy, no_cp=True) if cfg.no_cp else []

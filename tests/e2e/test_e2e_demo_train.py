@@ -24,7 +24,14 @@ def test_demo_skip_train_writes_shards_index_pictures_and_plan(tmp_path, capsys)
     plan = Plan.from_json((out / "plan.json").read_bytes())
     assert plan.num_replicas == 8 and len(plan.sequence_ids()) == 32
     assert "3. training" not in text and "megatron-hybrid" in text
-    assert "fcp equals static CP when" in text
+    assert "fcp equals static CP when" in text and "predicted speedup of fcp over static" in text
+    # the ring was timed on this machine and priced into the profile the plan used
+    assert "ring timed here" in text
+    if (out / "cost-ring.json").exists():
+        from fcp_data.planner import CostModel
+
+        ring = CostModel.load(out / "cost-ring.json")
+        assert "ring measured here" in ring.name and ring.intra_node_bandwidth > 0
     # nothing was loaded from examples/ by path: the demo works from a wheel install
     examples = REPO / "examples"
     loaded = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None)]

@@ -37,6 +37,7 @@ def test_index_options_frozen() -> None:
         "--probe-timeout",
         "--stream-timeout",
         "--workers",
+        "--store-tokens",
     }
 
 

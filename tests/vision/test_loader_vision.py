@@ -110,3 +110,24 @@ def test_spawned_worker_yields_the_same_payload(tmp_path, tok, cost) -> None:
         for name in ("tokens", "labels", "pixel_values", "grid_thw", "vision_scatter"):
             assert torch.equal(getattr(a, name), getattr(b, name)), name
         assert torch.equal(a.mrope_position_ids, b.mrope_position_ids)
+
+
+def test_loss_on_template_counts_timestamp_text(tmp_path, tok, cost) -> None:
+    samples = [video_sample("v0", 40, 96, 64, 10, seed=0)]
+    index = _index(tmp_path, tok, "qwen3-vl", samples)
+    cap = int(index.seqlens.max()) // 2 + 64
+    counts = []
+    for on in (False, True):
+        runs = _run(index, tok, cost, 2, cap, vision=VisionOptions(loss_on_template=on))
+        mbs = [mb for mbs in runs for mb in mbs]
+        local = sum(mb.num_loss_tokens for mb in mbs)
+        assert local == mbs[0].global_num_loss_tokens  # exact from the index either way
+        counts.append(local)
+    from fcp_data.readers import get_rule
+
+    vt = get_rule("qwen3-vl").video(num_frames=40, fps=10.0, height=64, width=96)
+    stamps = [v for k, v in vt.parts if k == "text"]
+    assert len(stamps) == vt.grid[0] == 4 and stamps[0] == "<0.3 seconds>"
+    # the timestamp texts join the loss; the first opens the sequence (never predicted)
+    n_ts = sum(len(tok.encode(t, add_special_tokens=False).ids) for t in stamps)
+    assert counts[1] - counts[0] == n_ts - 1

@@ -98,12 +98,23 @@ def test_image_rows_equal_qwen2vl_image_processor(tok) -> None:
         np.testing.assert_array_equal(_documented_rows(x, 14), ref["pixel_values"])
 
 
-@pytest.mark.parametrize(("name", "degree"), [("qwen2.5-vl", 3), ("qwen3-vl", 3), ("qwen2-vl", 4)])
-def test_video_shares_reassemble_the_single_device_rows(tok, name, degree) -> None:
-    n, fps, w, h = 80, 10, 96, 64
+@pytest.mark.parametrize(
+    ("name", "degree", "over", "n"),
+    [
+        ("qwen2.5-vl", 3, {}, 80),
+        ("qwen3-vl", 3, {}, 80),
+        ("qwen2-vl", 4, {}, 80),
+        # HF frame sampling: 45 frames at 10 fps -> 9 frames, padded by repeating the last
+        ("qwen3-vl", 3, {"hf_frame_sampling": True}, 45),
+    ],
+)
+def test_video_shares_reassemble_the_single_device_rows(tok, name, degree, over, n) -> None:
+    fps, w, h = 10, 96, 64
     data = encode_video(n, w, h, fps, seed=3)
-    rule = get_rule(name, text_counter=lambda s: len(TokenizerText(tok)(s)))
+    rule = get_rule(name, text_counter=lambda s: len(TokenizerText(tok)(s)), **over)
     vt = rule.video(num_frames=n, fps=fps, height=h, width=w)
+    if over:
+        assert len(vt.frame_indices) == 10 and vt.frame_indices[-1] == vt.frame_indices[-2]
     em, spec = _encode(tok, name, 2, vt, n=n, fps=fps)
     p = spec.patch
     # single device: every frame the rule samples, the processor's documented layout

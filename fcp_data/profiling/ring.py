@@ -1,0 +1,119 @@
+"""The ring's exposed communication, fitted from real d = 1 and d = 2 groups on this machine.
+
+The cost model lets ring traffic hide behind attention: a member of a degree-d group spends
+T = L/d + max(A/d, C) + beta1 with C = (d-1)/d · alpha3·s / bandwidth + beta2·(d-1). A ping-pong
+between idle processes (p2p.py) prices C as if the link were free to overlap; on CPU with gloo
+the transfers run on the cores that compute, and measured d = 2 groups took 1.5-1.8x their
+prediction. Here C is fitted to what real groups leave after the per-token layers:
+
+    C(s) = k(s) · t2(s) − alpha2·s/2 − beta1,    k(s) = t1_profile(s) / t1(s)
+
+where t1, t2 are fwd+bwd seconds at d = 1 and d = 2 timed concurrently on two processes
+(`python -m fcp_exec.profile_ring`, so both see the same contention) and k rescales them to the
+profile's own compute time (a busy machine slows both alike). C ≈ (alpha3·s/2)·x + beta2 is
+then fitted by non-negative least squares on relative error: bandwidth = 1/x, beta2 the per-step
+constant. Rows where the ring was no slower than the halved compute carry no signal and are
+left out (noted by the warnings when too few remain).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, DataError, MissingDependencyError
+from ..planner import CostModel
+from .fit import Fit, FitRow, nonneg_relative_lstsq
+from .shapes import ModelShape
+
+__all__ = ["RING_LENGTHS", "fit_ring", "measure_ring", "with_ring"]
+
+RING_LENGTHS = (512, 1024, 2048, 3072)  # fwd+bwd 0.04-0.35 s each for cpu-small on one core
+
+
+def measure_ring(
+    shape: ModelShape,
+    seqlens: Sequence[int] = RING_LENGTHS,
+    *,
+    repeats: int = 2,
+    timeout_s: float = 600.0,
+) -> list[dict[str, float]]:
+    """Rows {seqlen, d1_s, d2_s} timed by `python -m fcp_exec.profile_ring` (2 gloo processes)."""
+    if importlib.util.find_spec("fcp_exec") is None:
+        raise MissingDependencyError(
+            "measuring the ring needs fcp_exec (the training side of the fcp package); install "
+            "fcp itself, not only fcp_data, or leave out --ring"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ring.json"
+        cmd = [
+            sys.executable,
+            "-m",
+            "fcp_exec.profile_ring",
+            "--shape",
+            json.dumps(dataclasses.asdict(shape)),
+            "--repeats",
+            str(repeats),
+            "-o",
+            str(out),
+            "--lengths",
+            *[str(int(s)) for s in seqlens],
+        ]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise DataError(
+                f"the ring measurement did not finish within {timeout_s:.0f} s"
+            ) from None
+        if done.returncode != 0:
+            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+            raise DataError(f"the ring measurement exited with status {done.returncode}: {tail}")
+        return json.loads(out.read_text())
+
+
+def fit_ring(rows: Sequence[dict[str, float]], cost: CostModel) -> Fit:
+    """Fit {seconds_per_byte, beta2} of the exposed ring cost at d = 2 (module docstring)."""
+    if not rows:
+        raise ConfigError("no ring measurements to fit; measure at least 2 lengths")
+    s = np.array([r["seqlen"] for r in rows], np.float64)
+    t1 = np.array([r["d1_s"] for r in rows], np.float64)
+    t2 = np.array([r["d2_s"] for r in rows], np.float64)
+    if np.any(t1 <= 0) or np.any(t2 <= 0):
+        raise ConfigError(f"ring times must be positive, got d1 {t1.tolist()}, d2 {t2.tolist()}")
+    profile_t1 = cost.alpha1 * s * s + cost.alpha2 * s + cost.beta1
+    exposed = t2 * (profile_t1 / t1) - cost.alpha2 * s / 2 - cost.beta1
+    keep = exposed > 0
+    if keep.sum() < 1:
+        raise ConfigError(
+            "every ring measurement ran at or under the halved compute time: nothing to fit "
+            "(communication fully hidden); keep the ping-pong profile"
+        )
+    s_k, c_k = s[keep], exposed[keep]
+    a = np.stack([cost.alpha3 * s_k / 2, np.ones_like(s_k)], 1)
+    coef = nonneg_relative_lstsq(a, c_k) if keep.sum() >= 2 else np.array([0.0, float(c_k[0])])
+    pred = a @ coef
+    fit_rows = tuple(
+        FitRow(x=float(x), measured=float(m), predicted=float(p)) for x, m, p in zip(s_k, c_k, pred)
+    )
+    return Fit(coef={"seconds_per_byte": float(coef[0]), "beta2": float(coef[1])}, rows=fit_rows)
+
+
+def with_ring(cost: CostModel, fit: Fit) -> CostModel:
+    """`cost` with the ring's fitted bandwidth (both link kinds: one host) and beta2."""
+    spb = fit.coef["seconds_per_byte"]
+    bandwidth = 1.0 / spb if spb > 0 else 1e12
+    return dataclasses.replace(
+        cost,
+        intra_node_bandwidth=bandwidth,
+        inter_node_bandwidth=bandwidth,
+        beta2=fit.coef["beta2"],
+        name=f"{cost.name} + ring measured here",
+    )
