@@ -217,6 +217,12 @@ def run(args: argparse.Namespace) -> int:
             f"{last['loss']:.4f}; measured step time fcp {fcp_s:.2f} s, static CP "
             f"{static_s:.2f} s in total: {static_s / fcp_s:.2f}x"
         )
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        if load > cores:
+            lines.append(
+                f"  (load average {load:.1f} on {cores} cores: other work shares the cores, so "
+                "measured times are noisy; rerun on an idle machine to compare)"
+            )
     lines.append(WHEN_EQUAL)
     con.rule("report")
     for line in lines:

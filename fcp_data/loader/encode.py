@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ..collate import VisionInput
+from ..errors import ConfigError, MissingDependencyError
 from ..readers.rules_base import VisionTokenRule
 from ..readers.sample_source import SampleSource
 from ..vision.options import VisionOptions
@@ -84,7 +85,7 @@ class SampleEncoder(VisionEncoderMixin):
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
-            raise ValueError("the sample holds text but the loader has no tokenizer=; pass one")
+            raise ConfigError("the sample holds text but the loader has no tokenizer=; pass one")
         return np.asarray(self.tokenizer(text), dtype=np.int64)
 
     def text_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
@@ -122,7 +123,7 @@ class SampleEncoder(VisionEncoderMixin):
         if modality not in (VIDEO, IMAGE):
             raise ValueError(f"modality code {modality} is not text (0), video (1) or image (2)")
         if self.rule is None:
-            raise ValueError("a media sample needs vision_rule= on the loader (the index's rule)")
+            raise ConfigError("a media sample needs vision_rule= on the loader (the index's rule)")
         if modality == VIDEO:
             vt = self.rule.video(
                 num_frames=int(source.num_frames[pos]),
@@ -196,7 +197,12 @@ class SampleEncoder(VisionEncoderMixin):
             for j in range(frames_per_group)
             if g * frames_per_group + j < len(vt.frame_indices)
         ]
-        pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend)
+        pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend, key=key)
+        if pixels.shape[0] != len(frames):  # a backend must not drop or repeat frames
+            raise ValueError(
+                f"decoded {pixels.shape[0]} frames where the index's frame count asks for "
+                f"{len(frames)} (frames {frames[:4]}...); the video's metadata is wrong: re-index"
+            )
         return VisionInput(
             sample_id=sample_id,
             key=key,
@@ -218,7 +224,9 @@ def _decode_image(data: bytes, resized: tuple[int, int]) -> torch.Tensor:
     try:
         from PIL import Image
     except ImportError as e:  # pragma: no cover - Pillow ships with the video extra's deps
-        raise ValueError("decoding image samples needs Pillow: pip install pillow") from e
+        raise MissingDependencyError(
+            "decoding image samples needs Pillow: pip install 'fcp[video]' (or pillow)"
+        ) from e
     with Image.open(io.BytesIO(data)) as im:
         rgb = im.convert("RGB").resize((resized[1], resized[0]), Image.Resampling.BICUBIC)
         return torch.from_numpy(np.asarray(rgb).copy()).unsqueeze(0)

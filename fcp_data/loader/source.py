@@ -63,8 +63,10 @@ def open_source(
     *,
     tokenizer: object = None,
     vision_rule: RuleArg = None,
+    on_error: str = "skip",
 ) -> SampleSource:
-    """A LengthIndex for an index directory; shards (specs) are scanned; sources pass through."""
+    """A LengthIndex for an index directory; shards (specs) are scanned (a bad sample raises
+    under `on_error="raise"`, is skipped and listed under "skip"); sources pass through."""
     if isinstance(source, (str, os.PathLike)) and _is_index(source):
         return LengthIndex.open(source)
     if isinstance(source, (str, os.PathLike)) or (
@@ -73,7 +75,7 @@ def open_source(
         specs = (
             [str(source)] if isinstance(source, (str, os.PathLike)) else [str(s) for s in source]
         )
-        config = ScanConfig()
+        config = ScanConfig(on_error=on_error)
         rule_name = vision_rule if isinstance(vision_rule, str) else None
         if isinstance(vision_rule, VisionTokenRule):
             rule_name = vision_rule.name

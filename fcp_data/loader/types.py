@@ -18,6 +18,9 @@ class LoaderState(msgspec.Struct, frozen=True, kw_only=True):
     `batch` global batches of `epoch` are done and `wave` micro-batches of the next one were
     yielded. `num_replicas` and `global_batch_size` are kept only to detect a changed cluster
     (elastic resume: same samples, new plans) or a changed batch size (warned).
+    `source_fingerprint` (a digest of every key and length) and `sampler` (the settings that
+    change the sample order) refuse a resume over another dataset of the same size or another
+    order; states saved without them are accepted with a warning.
     """
 
     epoch: int
@@ -27,6 +30,8 @@ class LoaderState(msgspec.Struct, frozen=True, kw_only=True):
     global_batch_size: int
     num_samples: int
     num_replicas: int
+    source_fingerprint: str = ""
+    sampler: str = ""
 
 
 class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,6 +41,8 @@ class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
     when num_workers > 0); `load_s` reading, tokenizing and packing this replica's share.
     `skipped` lists (key, reason) of samples left out of this batch: too long for the cluster
     (dropped by the planner) or unreadable (masked out by this replica's group).
+    `index_skipped` counts samples the index build or shard scan left out of the source (the
+    same number every batch, so a dashboard never shows 0 while samples are missing).
     """
 
     epoch: int
@@ -53,6 +60,7 @@ class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
     skipped: tuple[tuple[str, str], ...] = ()
     source_counts: tuple[int, ...] = ()
     """Samples of each blended source in this batch (loader.blend.Blend; empty otherwise)."""
+    index_skipped: int = 0
 
     @property
     def ratio_to_bound(self) -> float:

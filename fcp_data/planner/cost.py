@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..layout import padded_length, shard_tokens
 
 if TYPE_CHECKING:
@@ -93,16 +94,19 @@ class CostModel:
             if f.name in ("name", "vision"):
                 continue
             v = getattr(self, f.name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not ok or not math.isfinite(v) or v < 0:
+                raise ConfigError(
                     f"CostModel.{f.name}={v!r} must be a finite number >= 0 "
                     "(refit the profile or fix the preset)"
                 )
+        if not isinstance(self.name, str):
+            raise ConfigError(f"CostModel.name={self.name!r} must be a string")
         for f in ("intra_node_bandwidth", "inter_node_bandwidth"):
             if getattr(self, f) <= 0:
-                raise ValueError(f"CostModel.{f}={getattr(self, f)!r} must be > 0 (bytes/s)")
+                raise ConfigError(f"CostModel.{f}={getattr(self, f)!r} must be > 0 (bytes/s)")
         if self.alpha1 == 0 and self.alpha2 == 0:
-            raise ValueError("CostModel needs alpha1 > 0 or alpha2 > 0: every plan would cost 0")
+            raise ConfigError("CostModel needs alpha1 > 0 or alpha2 > 0: every plan would cost 0")
 
     # ---- the model ---------------------------------------------------------------------
     def bandwidth(self, inter_node: bool) -> float:
