@@ -114,14 +114,15 @@ def _ring_parts(args: argparse.Namespace, p: dict[str, Any], info: dict[str, Any
     if pair_here:
         out["p2p"] = _p2p_summary(res.get("p2p") or skipped("the ring job did not report"))
         out["overlap"] = res.get("overlap") or skipped("the ring job did not report")
-        if kind == "cpu":
-            out["p2p"]["backend"] = out["overlap"]["backend"] = "gloo (loopback)"
+        label = "gloo (loopback)" if kind == "cpu" else backend
+        out["p2p"]["backend"] = out["overlap"]["backend"] = label
         return
     try:  # 2..world-1 devices: a second, 2-rank job on the native backend
         res = run_ring_job(kind=kind, world=2, backend="nccl" if kind == "cuda" else "hccl",
                            staged=False, cases=[], p2p=p["p2p"], overlap=p["overlap"],
                            seconds=budget.slice(0.3))  # fmt: skip
         out["p2p"], out["overlap"] = _p2p_summary(res["p2p"]), res["overlap"]
+        out["p2p"]["backend"] = out["overlap"]["backend"] = "nccl" if kind == "cuda" else "hccl"
     except RuntimeError as exc:
         out["p2p"] = out["overlap"] = failed(exc)
 

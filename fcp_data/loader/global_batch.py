@@ -78,6 +78,7 @@ class BatchBuilder:
     def plan(self, ids: np.ndarray) -> Plan:
         seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
         causal = np.asarray(self.source.causal)[ids].astype(bool)
+        extra = {} if getattr(self.cost, "vision", None) is None else self._vision_work(ids)
         plan = self.planner(
             seqlens,
             self.cluster,
@@ -86,6 +87,7 @@ class BatchBuilder:
             strategy=self.strategy,
             seed=self.sampler.seed,
             on_too_long=self.on_too_long,
+            **extra,
         )
         if plan.num_waves == 0:  # every sequence dropped: one empty wave, as the planner does
             if len(plan.dropped) != len(ids):
@@ -95,6 +97,20 @@ class BatchBuilder:
                 )
             plan = msgspec.structs.replace(plan, waves=(Wave(groups=()),)).with_digest()
         return plan
+
+    def _vision_work(self, ids: np.ndarray) -> dict[str, Any]:
+        """`vision=` for the planner when the cost model has vision terms: the batch's encoder
+        units from the index columns (none for a source without media columns)."""
+        if not hasattr(self.source, "modality"):
+            return {}
+        from ..planner import VisionWork
+
+        enc = self.encoder
+        layout = "template" if getattr(enc, "vision", None) is not None else "specials-first"
+        work = VisionWork.from_index(
+            self.source, ids, rule=getattr(enc, "rule", None), layout=layout
+        )
+        return {"vision": work}
 
     def _read(self, pos: int, planned: int) -> tuple[EncodedSample, str | None]:
         """Sample at index position `pos`, or (padding, reason) when skipping a bad one."""
