@@ -2,7 +2,7 @@
 
     rope = mrope_for_shard(mb, mrope_section=[16, 24, 24], kv_channels=128)
     embeds = encode_and_scatter(visual, mb, model.embedding.word_embeddings(mb.tokens), ...)
-    logits = gpt_forward(model, embeds, rope, mb.packed_seq_params())
+    logits = gpt_forward(model, embeds, rope, packed_seq_params(mb))  # fcp_exec.megatron
 
 Why not GPTModel(position_embedding_type="mrope"): megatron-core 0.16's
 `MultimodalRotaryEmbedding` computes the embedding of a whole [3, b, s] row and then, when the

@@ -1,7 +1,8 @@
 """FCPDataLoader: the DataLoader users swap in; yields zigzag-sharded MicroBatches with plans.
 
 Planning runs ahead in torch DataLoader worker processes (see `prefetch`); with num_workers=0
-the same code runs inline and yields identical micro-batches.
+the same code runs inline and yields identical micro-batches. (`fcp_exec` and its
+megatron adapter `packed_seq_params` are the training side; this module does not import them.)
 
     loader = FCPDataLoader(index_dir, cluster=cluster, cost=cost, replica=my_replica,
                            global_batch_size=256, tokenizer=tok, vision_rule="qwen2.5-vl")
@@ -11,7 +12,7 @@ the same code runs inline and yields identical micro-batches.
             if not mb.is_empty:                     # an empty wave is a no-op
                 mb = mb.to(device)
                 loss = (model(mb.tokens, mb.position_ids, labels=mb.labels,
-                              packed_seq_params=mb.packed_seq_params()) * mb.loss_mask).sum()
+                              packed_seq_params=packed_seq_params(mb)) * mb.loss_mask).sum()
                 (loss / mb.global_num_loss_tokens).backward()   # a share of the global mean
             fcp_exec.all_reduce_gradients(model)    # SUM the shares (docs/design.md)
         if mb.is_last_wave:
@@ -35,6 +36,7 @@ from ..collate import MicroBatch
 from ..errors import ConfigError
 from ..planner import Cluster, CostModel
 from ..planner.api import check_strategy
+from ..readers.rules_base import VisionTokenRule
 from ..readers.text import as_tokenizer
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch
@@ -54,7 +56,7 @@ class FCPDataLoader:
     """Yields this replica's MicroBatch for every wave of every global batch, in order.
 
     `source`: a length index (`fcp_data.readers.LengthIndex` or its directory) or shard specs
-    (scanned once into an in-memory index, see loader.source). `replica` is this
+    (scanned once into an in-memory `fcp_data.readers.ScannedSource`). `replica` is this
     replica's index in [0, cluster.num_replicas); every replica builds its own loader with the
     same arguments but its replica index, and all of them agree on every plan (MicroBatch.digest).
     `tokenizer` turns text into ids and must be the one the index was counted with: a
@@ -75,7 +77,7 @@ class FCPDataLoader:
         num_workers: int = 2,
         prefetch_factor: int = 2,
         tokenizer: Tokenizer | Any = None,
-        vision_rule: Any = None,
+        vision_rule: VisionTokenRule | str | None = None,
         strategy: str = "fcp",
         options: LoaderOptions | None = None,
     ) -> None:

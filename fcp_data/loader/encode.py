@@ -35,6 +35,8 @@ import torch
 
 from ..collate import VisionInput
 from ..errors import ConfigError, MissingDependencyError
+from ..readers.rules_base import VisionTokenRule
+from ..readers.sample_source import SampleSource
 from ..vision.options import VisionOptions
 from ..vision.sample import VisionEncoderMixin
 from ..vision.tokens import SpecialTokenIds
@@ -70,7 +72,7 @@ class SampleEncoder(VisionEncoderMixin):
     """Picklable: runs in DataLoader workers. `rule` is a readers VisionTokenRule (video only)."""
 
     tokenizer: Tokenizer | None = None
-    rule: Any = None
+    rule: VisionTokenRule | None = None
     text_field: str = "text"
     caption_field: str = "caption"
     eod_id: int = 0
@@ -109,9 +111,9 @@ class SampleEncoder(VisionEncoderMixin):
                 return self._ids(obj[self.caption_field])
         return np.zeros(0, dtype=np.int64)
 
-    def __call__(self, source: Any, pos: int) -> EncodedSample:
-        modality = int(source.modality[pos]) if hasattr(source, "modality") else TEXT
-        special = int(source.special_tokens[pos]) if hasattr(source, "special_tokens") else 0
+    def __call__(self, source: SampleSource, pos: int) -> EncodedSample:
+        modality = int(source.modality[pos])
+        special = int(source.special_tokens[pos])
         if modality == TEXT and self.store is not None and self.store.has(pos):  # stored ids
             return EncodedSample(tokens=self.store.tokens(pos, eod=special, eod_id=self.eod_id))
         sample = source.read(pos)
@@ -136,7 +138,7 @@ class SampleEncoder(VisionEncoderMixin):
         ext = next((e for e in exts if e in sample), None)
         if ext is None:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
-        eod = max(0, special - vt.special) if hasattr(source, "special_tokens") else 0
+        eod = max(0, special - vt.special)
         if self.vision is not None:
             return EncodedSample(
                 **self._encode_real(source, pos, sample, vt, modality, eod, sample[ext])
@@ -236,7 +238,7 @@ class CustomEncoder:
 
     fn: Callable[[Mapping[str, Any]], np.ndarray]
 
-    def __call__(self, source: Any, pos: int) -> EncodedSample:
+    def __call__(self, source: SampleSource, pos: int) -> EncodedSample:
         return EncodedSample(tokens=np.asarray(self.fn(source.read(pos)), dtype=np.int64))
 
     def vision_input(self, enc: EncodedSample, **_: Any) -> VisionInput | None:

@@ -227,9 +227,9 @@ class BatchBuilder:
 
     def _micro_batch(
         self,
-        rp: RankPlan,
+        rank_plan: RankPlan,
         ids: np.ndarray,
-        rings: tuple[tuple[int, ...], ...],
+        wave_groups: tuple[tuple[int, ...], ...],
         global_loss: int,
         epoch: int,
         batch_index: int,
@@ -240,11 +240,11 @@ class BatchBuilder:
         after packing; samples whose frames fail are then padded and masked, and the shard is
         packed again (the other samples' frames keep their positions).
         """
-        pos = tuple(int(ids[s]) for s in rp.sequence_ids)
+        pos = tuple(int(ids[s]) for s in rank_plan.sequence_ids)
         keys = tuple(str(self.source.keys[p]) for p in pos)
         encs: list[EncodedSample] = []
         reasons: list[str | None] = []
-        for p, L in zip(pos, rp.seqlens):
+        for p, L in zip(pos, rank_plan.seqlens):
             enc, reason = self._read(p, int(L))
             encs.append(enc)
             reasons.append(reason)
@@ -252,8 +252,8 @@ class BatchBuilder:
         def pack() -> PackedShard:
             return pack_shard(
                 [e.tokens for e in encs],
-                degree=rp.degree,
-                index=rp.index_in_group,
+                degree=rank_plan.degree,
+                index=rank_plan.index_in_group,
                 pad_id=self.pad_id,
                 masked=[r is not None for r in reasons],
                 targets=[e.targets for e in encs],
@@ -277,7 +277,7 @@ class BatchBuilder:
                     ),
                 )
             except Exception as e:  # undecodable or short video: this sample's fault
-                encs[j], reasons[j] = self._bad(keys[j], pos[j], int(rp.seqlens[j]), e)
+                encs[j], reasons[j] = self._bad(keys[j], pos[j], int(rank_plan.seqlens[j]), e)
                 failed = True
                 continue
             if vi is not None:
@@ -288,11 +288,11 @@ class BatchBuilder:
         payload = self._vision_payload(encs, packed, pos, keys, bad)
         mb = MicroBatch.from_packed(
             packed,
-            rank_plan=rp,
+            rank_plan=rank_plan,
             sample_ids=pos,
             keys=keys,
             global_num_loss_tokens=global_loss,
-            wave_groups=rings,
+            wave_groups=wave_groups,
             epoch=epoch,
             batch_index=batch_index,
             skipped=tuple(bad),
@@ -323,20 +323,22 @@ class BatchBuilder:
         )
         mbs: list[MicroBatch] = []
         for w in range(plan.num_waves):
-            rp = plan.for_replica(self.replica, w)
-            rings = tuple(g.replicas for g in plan.waves[w].groups)
-            if rp.is_empty:
+            rank_plan = plan.for_replica(self.replica, w)
+            wave_groups = tuple(g.replicas for g in plan.waves[w].groups)
+            if rank_plan.is_empty:
                 mbs.append(
                     MicroBatch.empty(
-                        rp,
+                        rank_plan,
                         global_num_loss_tokens=global_loss,
-                        wave_groups=rings,
+                        wave_groups=wave_groups,
                         epoch=epoch,
                         batch_index=batch_index,
                     )
                 )
                 continue
-            mb, bad = self._micro_batch(rp, ids, rings, global_loss, epoch, batch_index)
+            mb, bad = self._micro_batch(
+                rank_plan, ids, wave_groups, global_loss, epoch, batch_index
+            )
             skipped.extend(bad)
             mbs.append(mb)
         metrics = BatchMetrics(

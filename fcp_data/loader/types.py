@@ -1,34 +1,15 @@
-"""Small data types of the loader: resume state, per-batch metrics, the sample source protocol."""
+"""Small data types of the loader: resume state, per-batch metrics, and the sample-source
+contract (`SampleSource`, defined with the sources in `fcp_data.readers`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import msgspec
-import numpy as np
+
+from ..readers.sample_source import SampleSource
 
 __all__ = ["BatchMetrics", "LoaderState", "SampleSource"]
-
-
-@runtime_checkable
-class SampleSource(Protocol):
-    """What the loader needs from a length index (`fcp_data.readers.LengthIndex` provides it).
-
-    `seqlens[i]` is sample i's planned token count (text + vision + special tokens), `causal[i]`
-    its attention kind, `read(i)` its members (extension -> bytes) found by tar offsets.
-    """
-
-    @property
-    def keys(self) -> Any: ...
-
-    @property
-    def seqlens(self) -> np.ndarray: ...
-
-    @property
-    def causal(self) -> np.ndarray: ...
-
-    def read(self, i: int) -> Mapping[str, Any]: ...
 
 
 class LoaderState(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fcp_exec.megatron import packed_seq_params
+
 from ._vlm_job import make_loader, make_model, token_loss
 
 MROPE_SECTION = (2, 1, 1)  # kv_channels 8: 4 rotary pairs
@@ -56,7 +58,7 @@ class VLM(torch.nn.Module):
         embeds = self.gpt.embedding.word_embeddings(mb.tokens)
         embeds = encode_and_scatter(self.visual, mb, embeds, group=group)
         rope = mrope_for_shard(mb, MROPE_SECTION, 8)
-        logits = gpt_forward(self.gpt, embeds, rope, mb.packed_seq_params())
+        logits = gpt_forward(self.gpt, embeds, rope, packed_seq_params(mb))
         return token_loss(logits, mb.labels, mb.loss_mask) / mb.global_num_loss_tokens
 
 
