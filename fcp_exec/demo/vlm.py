@@ -140,7 +140,8 @@ def train(args: argparse.Namespace) -> None:
         torch.set_num_threads(1)
     tok = Tokenizer.from_file(str(Path(args.out) / "tok.json"))
     index = LengthIndex.open(Path(args.out) / "index")
-    src = CappedSource(index, args.max_tokens)
+    # a sample longer than the whole cluster holds cannot be planned: leave it out
+    src = CappedSource(index, min(args.max_tokens, world * args.tokens_per_replica))
     units = VisionWork.from_index(src).units  # whole-video tubelets per (kept) sample
     model = tiny_qwen25_vl(tok, args.seed).to(dev)
     lm, visual = model.model.language_model, model.model.visual
@@ -202,7 +203,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--global-batch", type=int, default=8)
     p.add_argument("--tokens-per-replica", type=int, default=1024)
-    p.add_argument("--max-tokens", type=int, default=4096, help="longer samples are left out")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=4096,
+        help="longer samples are left out (at most replicas x tokens per replica)",
+    )
     p.add_argument("--text", type=int, default=24, help="text samples in the sample shards")
     p.add_argument("--video", type=int, default=8, help="mp4 clips in the sample shards")
     p.add_argument("--lr", type=float, default=3e-3)
