@@ -94,6 +94,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     from fcp_data.planner import Cluster, CostModel
     from fcp_data.profiling import shipped_profile
     from fcp_exec import CPGroupCache, ReplicaRanks, all_reduce_gradients, cp_context
+    from fcp_exec.megatron import packed_seq_params
 
     groups = CPGroupCache(ReplicaRanks(world_size=world))
     model = build_model(device)
@@ -116,7 +117,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                     t0, mb = time.perf_counter(), mb.to(device)
                     per_token = model(mb.tokens[None], mb.position_ids[None], None,
                                       labels=mb.labels[None],
-                                      packed_seq_params=mb.packed_seq_params())  # fmt: skip
+                                      packed_seq_params=packed_seq_params(mb))  # fmt: skip
                     wave_loss = (per_token[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
                     wave_loss.backward()
                     busy, loss = busy + time.perf_counter() - t0, loss + wave_loss.detach()

@@ -8,6 +8,11 @@ the RankPlan's group is bound and attention runs over its ring:
     with cp_context(rank_plan, groups=cache) as cp:   # members first check they agree
         out = ring_attention(q, k, v, cu_seqlens, cu_seqlens_padded, ring=cp.ring, causal=flags)
 
+Vision-language models: `fcp_exec.vision.encode_and_scatter` (encode the tubelets a replica
+holds, scatter them into its embeddings), `fcp_exec.hf` (ring attention as the transformers
+attention implementation "fcp_ring"), `fcp_exec.megatron_mm` (megatron-core GPTModel on
+decoder_input with rank-local M-RoPE).
+
 Importing fcp_exec imports torch only; megatron-core, the planner, flash-attn and torch_npu are
 imported when first used (`fcp_exec.megatron` needs megatron-core).
 """

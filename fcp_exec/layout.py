@@ -1,10 +1,10 @@
 """The THD context-parallel layout and the zigzag block schedule, as pure functions.
 
-Layout (Transformer Engine's THD CP layout, produced by `fcp_data.collate`): every sequence of a
-pack is padded to a multiple of 2d, cut into 2d equal chunks, and ring member i holds chunks i
-and 2d-1-i back to back. Causal work is then balanced: member 0 holds the cheapest and the
-dearest chunk, member d-1 the two middle ones, and every member's chunk indices sum to 2d-1, so
-each does the same 1/d of the causal triangle.
+Layout (Transformer Engine's THD CP layout, defined once in `fcp_data.layout` and produced by
+`fcp_data.collate`): every sequence of a pack is padded to a multiple of 2d, cut into 2d equal
+chunks, and ring member i holds chunks i and 2d-1-i back to back. Causal work is then
+balanced: member 0 holds the cheapest and the dearest chunk, member d-1 the two middle ones,
+and every member's chunk indices sum to 2d-1, so each does the same 1/d of the causal triangle.
 
 Two facts make the schedule cheap and exact without any attention mask:
 - the local order of a shard is monotone in global position (chunk i < chunk 2d-1-i), so the
@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from fcp_data import layout as contract
 
 __all__ = ["Block", "ShardLayout", "local_token_index", "step_blocks"]
 
@@ -88,7 +90,7 @@ class ShardLayout:
             raise ValueError(f"cu_seqlens must start at 0, got {cu[0]} and {cup[0]} (padded)")
         lens = [b - a for a, b in itertools.pairwise(cu)]
         pads = [b - a for a, b in itertools.pairwise(cup)]
-        chunks = 2 * degree
+        chunks = contract.num_chunks(degree)
         for j, (n, p) in enumerate(zip(lens, pads)):
             if n < 0 or p < n:
                 raise ValueError(
@@ -120,18 +122,19 @@ class ShardLayout:
 
     def real_in_chunk(self, seq: int, chunk: int) -> int:
         """Real (non-padding) tokens of chunk `chunk` (of 2d) of sequence `seq`."""
-        c = self.padded[seq] // (2 * self.degree)
+        c = self.padded[seq] // contract.num_chunks(self.degree)
         return max(0, min(c, self.seqlens[seq] - chunk * c))
 
 
 def step_blocks(layout: ShardLayout, me: int, src: int) -> list[Block]:
     """The unmasked blocks member `me` computes against member `src`'s KV (see module doc)."""
     d = layout.degree
+    my_chunks, src_chunks = contract.chunk_ids(d, me), contract.chunk_ids(d, src)
     out: list[Block] = []
     for j, off in enumerate(layout.local_offsets):
-        c = layout.padded[j] // (2 * d)
-        q_first, q_second = layout.real_in_chunk(j, me), layout.real_in_chunk(j, 2 * d - 1 - me)
-        k_first, k_second = layout.real_in_chunk(j, src), layout.real_in_chunk(j, 2 * d - 1 - src)
+        c = layout.padded[j] // contract.num_chunks(d)
+        q_first, q_second = (layout.real_in_chunk(j, chunk) for chunk in my_chunks)
+        k_first, k_second = (layout.real_in_chunk(j, chunk) for chunk in src_chunks)
         if not layout.causal[j]:
             blk = Block(off, q_first + q_second, off, k_first + k_second, False)
         elif src == me:
@@ -158,7 +161,7 @@ def local_token_index(
     cup = _as_list("cu_seqlens_padded", cu_seqlens_padded)
     parts: list[torch.Tensor] = []
     for a, b in itertools.pairwise(cup):
-        c = (b - a) // (2 * degree)
-        for chunk in (index, 2 * degree - 1 - index):
+        c = (b - a) // contract.num_chunks(degree)
+        for chunk in contract.chunk_ids(degree, index):
             parts.append(torch.arange(a + chunk * c, a + (chunk + 1) * c))
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)

@@ -5,9 +5,9 @@ Usage (megatron-core 0.16):
     spec = get_gpt_layer_local_spec()
     spec.submodules.self_attention.submodules.core_attention = FCPCoreAttention
     model = GPTModel(config, spec, ..., pg_collection=fcp_process_groups())
-    with cp_context(rank_plan, groups=cache):
-        loss = model(tokens, position_ids, None, labels=labels,
-                     packed_seq_params=FCPPackedSeqParams(qkv_format="thd", ..., causal=flags))
+    with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups):
+        loss = model(mb.tokens, mb.position_ids, None, labels=mb.labels,
+                     packed_seq_params=packed_seq_params(mb))
 
 Why `fcp_process_groups`: megatron's Attention stores `pg_collection.cp` when the model is
 built and its THD RoPE slices positions with `cp_group.size()` / `.rank()` in TE's zigzag
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import types
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from megatron.core import parallel_state
@@ -33,12 +33,16 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from fcp_exec.attention import ring_attention
 
+if TYPE_CHECKING:
+    from fcp_data.collate import MicroBatch
+
 __all__ = [
     "ActiveCPGroup",
     "FCPCoreAttention",
     "FCPPackedSeqParams",
     "fcp_process_groups",
     "keep_rotary_on_cpu",
+    "packed_seq_params",
 ]
 
 
@@ -80,6 +84,30 @@ class FCPPackedSeqParams(PackedSeqParams):
     """PackedSeqParams plus one causal flag per sequence (mixed causal / bidirectional packs)."""
 
     causal: tuple[bool, ...] | None = None
+
+
+def packed_seq_params(
+    mb: MicroBatch, cp_group: torch.distributed.ProcessGroup | ActiveCPGroup | None = None
+) -> FCPPackedSeqParams:
+    """megatron-core's PackedSeqParams (qkv_format "thd") for one fcp MicroBatch.
+
+    cu_seqlens are those of the unsharded sequences (TE divides the padded offsets by the CP
+    size itself); max_seqlen is the longest padded sequence; `causal` carries the per-sequence
+    flags FCPCoreAttention needs for mixed causal / full packs. Pass the CP process group that
+    `fcp_exec.cp_context` bound, or leave it None to let megatron-core use its own.
+    """
+    return FCPPackedSeqParams(
+        causal=mb.causal,
+        qkv_format="thd",
+        cu_seqlens_q=mb.cu_seqlens,
+        cu_seqlens_kv=mb.cu_seqlens,
+        cu_seqlens_q_padded=mb.cu_seqlens_padded,
+        cu_seqlens_kv_padded=mb.cu_seqlens_padded,
+        max_seqlen_q=mb.max_seqlen,
+        max_seqlen_kv=mb.max_seqlen,
+        local_cp_size=max(mb.rank_plan.degree, 1),
+        cp_group=cp_group,
+    )
 
 
 def _emb_without_device_move(self: RotaryEmbedding, max_seq_len: int, offset: int = 0) -> Any:
@@ -157,7 +185,9 @@ class FCPCoreAttention(MegatronModule):
         if attention_bias is not None:
             raise ValueError("FCPCoreAttention does not support attention_bias (got a tensor)")
         mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
-        causal: Any = getattr(packed_seq_params, "causal", None)
+        causal: Any = None
+        if isinstance(packed_seq_params, FCPPackedSeqParams):
+            causal = packed_seq_params.causal
         if causal is None:
             causal = mask_type in (AttnMaskType.causal, AttnMaskType.padding_causal)
         cu = packed_seq_params.cu_seqlens_q

@@ -8,21 +8,21 @@ losses and dividing by it gives the exact per-token mean after the gradient all-
 that fails to read under on_error="skip" is masked out by its own group only; the others cannot
 know, so it stays in that count (listed in `skipped`): all-reduce `num_loss_tokens` when exact
 means matter under skipping.
+
+A MicroBatch is plain data (tensors and the plan); turning it into a training framework's
+arguments is the training side's job (megatron-core: `fcp_exec.megatron.packed_seq_params`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..planner.plan import RankPlan
 from .pack import PackedShard
-
-if TYPE_CHECKING:
-    from megatron.core.packed_seq_params import PackedSeqParams
 
 __all__ = ["MicroBatch", "VisionInput"]
 
@@ -216,38 +216,6 @@ class MicroBatch:
         )
 
     # ---- use ---------------------------------------------------------------------------
-    def packed_seq_params(self, cp_group: Any = None) -> PackedSeqParams:
-        """megatron-core PackedSeqParams (qkv_format "thd") for this micro-batch.
-
-        cu_seqlens are those of the unsharded sequences (TE divides the padded offsets by the CP
-        size itself); max_seqlen is the longest padded sequence. Pass the CP process group that
-        `fcp_exec.cp_context` bound, or leave it None to let megatron-core use its own. When
-        fcp_exec is installed this is its `FCPPackedSeqParams` subclass, which adds the
-        per-sequence causal flags FCPCoreAttention needs for mixed causal/full packs.
-        """
-        from megatron.core.packed_seq_params import PackedSeqParams
-
-        extra: dict[str, Any] = {}
-        cls: type[PackedSeqParams] = PackedSeqParams
-        try:
-            from fcp_exec.megatron import FCPPackedSeqParams
-        except ImportError:
-            pass
-        else:
-            cls, extra = FCPPackedSeqParams, {"causal": self.causal}
-        return cls(
-            **extra,
-            qkv_format="thd",
-            cu_seqlens_q=self.cu_seqlens,
-            cu_seqlens_kv=self.cu_seqlens,
-            cu_seqlens_q_padded=self.cu_seqlens_padded,
-            cu_seqlens_kv_padded=self.cu_seqlens_padded,
-            max_seqlen_q=self.max_seqlen,
-            max_seqlen_kv=self.max_seqlen,
-            local_cp_size=max(self.rank_plan.degree, 1),
-            cp_group=cp_group,
-        )
-
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> MicroBatch:
         """A copy with every tensor on `device` (cu_seqlens included: TE reads them on device)."""
         changes: dict[str, Any] = {}

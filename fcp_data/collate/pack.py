@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import layout
 from .zigzag import chunk_bounds, padded_seqlen
 
 __all__ = ["IGNORE_INDEX", "PackedShard", "pack_shard", "shifted_labels"]
@@ -82,7 +83,7 @@ def pack_shard(
         k = int(np.argmin(lens))
         raise ValueError(f"sequence {k} is empty; every sequence needs >= 1 token")
     plens = np.array([padded_seqlen(int(L), degree) for L in lens], dtype=np.int64)
-    local = plens // degree
+    local = layout.shard_tokens(lens, degree)  # what the planner's memory check counted
     offs = np.concatenate([[0], np.cumsum(local)])
     total = int(offs[-1])
     # Preallocated outputs filled chunk by chunk with slices: no per-sequence padded copy and
@@ -130,8 +131,8 @@ def pack_shard(
         cu_seqlens=cum(lens),
         cu_seqlens_padded=cum(plens),
         local_cu_seqlens=cum(local_real),
-        local_cu_seqlens_padded=cum(plens // degree),
+        local_cu_seqlens_padded=cum(local),
         max_seqlen=int(plens.max()) if n else 0,
-        local_max_seqlen=int(plens.max()) // degree if n else 0,
+        local_max_seqlen=int(local.max()) if n else 0,
         global_positions=tuple(held),
     )

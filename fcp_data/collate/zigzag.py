@@ -1,7 +1,8 @@
 """Zigzag sharding of one sequence over a CP group (Transformer Engine's THD CP layout).
 
 A sequence of length L run by a CP group of degree d is padded to a multiple of 2d and cut into
-2d equal chunks; replica i of the group holds chunks i and 2d-1-i. Under causal attention chunk
+2d equal chunks; replica i of the group holds chunks i and 2d-1-i (the contract, shared with the
+planner's memory check, is `fcp_data.layout`). Under causal attention chunk
 k costs about k+1 units, so pairing chunk i with chunk 2d-1-i gives every replica the same
 2d+1 units: with d = 4 a contiguous split would give the last replica 7x the first one's work.
 Full-attention sequences use the same layout (their cost is balanced either way), so that
@@ -17,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+from .. import layout
 
 __all__ = [
     "chunk_bounds",
@@ -41,8 +44,7 @@ def padded_seqlen(seqlen: int, degree: int) -> int:
     _check(degree)
     if seqlen < 0:
         raise ValueError(f"seqlen={seqlen} must be >= 0")
-    q = 2 * int(degree)
-    return -(-int(seqlen) // q) * q
+    return int(layout.padded_length(int(seqlen), int(degree)))
 
 
 def chunk_bounds(
@@ -50,16 +52,15 @@ def chunk_bounds(
 ) -> tuple[tuple[int, int], tuple[int, int]]:
     """[start, end) of the two chunks replica `index` holds: chunk i and chunk 2d-1-i."""
     _check(degree, index)
-    q = 2 * degree
-    if padded_len % q:
+    chunks = layout.num_chunks(degree)
+    if padded_len % chunks:
         raise ValueError(
-            f"padded_len={padded_len} is not a multiple of 2*degree={q}; pad it with "
+            f"padded_len={padded_len} is not a multiple of 2*degree={chunks}; pad it with "
             "padded_seqlen(seqlen, degree) first"
         )
-    c = padded_len // q
-    first = (index * c, (index + 1) * c)
-    second = ((q - 1 - index) * c, (q - index) * c)
-    return first, second
+    c = padded_len // chunks
+    first_chunk, second_chunk = layout.chunk_ids(degree, index)
+    return (first_chunk * c, (first_chunk + 1) * c), (second_chunk * c, (second_chunk + 1) * c)
 
 
 def shard_indices(padded_len: int, degree: int, index: int) -> np.ndarray:
@@ -82,10 +83,10 @@ def unshard_sequence(shards: Sequence[np.ndarray], degree: int) -> np.ndarray:
     sizes = {len(s) for s in shards}
     if len(sizes) != 1 or next(iter(sizes)) % 2:
         raise ValueError(f"shards must have one even length each, got lengths {sorted(sizes)}")
-    c = len(shards[0]) // 2
-    q = 2 * degree
-    out = np.empty((q * c, *shards[0].shape[1:]), dtype=shards[0].dtype)
+    c = len(shards[0]) // layout.CHUNKS_PER_MEMBER
+    out = np.empty((layout.num_chunks(degree) * c, *shards[0].shape[1:]), dtype=shards[0].dtype)
     for i, s in enumerate(shards):
-        out[i * c : (i + 1) * c] = s[:c]
-        out[(q - 1 - i) * c : (q - i) * c] = s[c:]
+        first_chunk, second_chunk = layout.chunk_ids(degree, i)
+        out[first_chunk * c : (first_chunk + 1) * c] = s[:c]
+        out[second_chunk * c : (second_chunk + 1) * c] = s[c:]
     return out

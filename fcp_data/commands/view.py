@@ -21,11 +21,10 @@ import argparse
 from pathlib import Path
 
 from ..planner import STRATEGIES
+from ..viewer.compare import VIEW_STRATEGIES as DEFAULT_STRATEGIES
 from ._common import add_problem_args, batch_from_args, cluster_from_args, cost_from_args
 
 __all__ = ["register", "run"]
-
-DEFAULT_STRATEGIES = ("fcp", "static", "megatron-hybrid")  # fcp_data.viewer.VIEW_STRATEGIES
 
 
 def register(sub: argparse._SubParsersAction) -> None:

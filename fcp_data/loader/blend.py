@@ -183,7 +183,7 @@ class Blend:
         )
         self.batches_per_epoch = batches_per_epoch
         self.sources = [open_source(s) for s in sources]
-        specs = {str(_header(s, "tokenizer")) for s in self.sources}
+        specs = {s.header.tokenizer for s in self.sources}
         if len(specs) > 1:
             raise IndexMismatchError(
                 f"blended sources were counted with different tokenizers {sorted(specs)}; "
@@ -193,14 +193,10 @@ class Blend:
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
         self.keys = np.concatenate([np.asarray(s.keys).astype(str) for s in self.sources])
         for name in ARRAYS:
-            cols = [np.asarray(getattr(s, name, np.zeros(len(s.seqlens)))) for s in self.sources]
+            cols = [np.asarray(getattr(s, name)) for s in self.sources]
             setattr(self, name, np.concatenate(cols))
-        self.header = {
-            "tokenizer": _header(self.sources[0], "tokenizer"),
-            "rule": _header(self.sources[0], "rule"),
-            "scan": _header(self.sources[0], "scan"),
-        }
-        self.skipped = [s for src in self.sources for s in (getattr(src, "skipped", None) or [])]
+        self.header = self.sources[0].header  # one tokenizer for all (checked above)
+        self.skipped = [s for src in self.sources for s in src.skipped]
 
     def make_sampler(self, **kw: Any) -> BlendSampler:
         """The loader's sampler for this blend (global_batch_size, seed, drop_last, shuffle)."""
@@ -253,10 +249,3 @@ class Blend:
 
 def _rebuild(sources: list[Any], weights: Any, names: Any, batches: int | None) -> Blend:
     return Blend(sources, weights=weights, names=names, batches_per_epoch=batches)
-
-
-def _header(source: Any, name: str) -> Any:
-    header = getattr(source, "header", None)
-    if isinstance(header, dict):
-        return header.get(name)
-    return getattr(header, name, None)

@@ -34,6 +34,9 @@ import numpy as np
 import torch
 
 from ..collate import VisionInput
+from ..errors import ConfigError, MissingDependencyError
+from ..readers.rules_base import VisionTokenRule
+from ..readers.sample_source import SampleSource
 from ..vision.options import VisionOptions
 from ..vision.sample import VisionEncoderMixin
 from ..vision.tokens import SpecialTokenIds
@@ -69,7 +72,7 @@ class SampleEncoder(VisionEncoderMixin):
     """Picklable: runs in DataLoader workers. `rule` is a readers VisionTokenRule (video only)."""
 
     tokenizer: Tokenizer | None = None
-    rule: Any = None
+    rule: VisionTokenRule | None = None
     text_field: str = "text"
     caption_field: str = "caption"
     eod_id: int = 0
@@ -82,7 +85,7 @@ class SampleEncoder(VisionEncoderMixin):
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
-            raise ValueError("the sample holds text but the loader has no tokenizer=; pass one")
+            raise ConfigError("the sample holds text but the loader has no tokenizer=; pass one")
         return np.asarray(self.tokenizer(text), dtype=np.int64)
 
     def text_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
@@ -108,9 +111,9 @@ class SampleEncoder(VisionEncoderMixin):
                 return self._ids(obj[self.caption_field])
         return np.zeros(0, dtype=np.int64)
 
-    def __call__(self, source: Any, pos: int) -> EncodedSample:
-        modality = int(source.modality[pos]) if hasattr(source, "modality") else TEXT
-        special = int(source.special_tokens[pos]) if hasattr(source, "special_tokens") else 0
+    def __call__(self, source: SampleSource, pos: int) -> EncodedSample:
+        modality = int(source.modality[pos])
+        special = int(source.special_tokens[pos])
         if modality == TEXT and self.store is not None and self.store.has(pos):  # stored ids
             return EncodedSample(tokens=self.store.tokens(pos, eod=special, eod_id=self.eod_id))
         sample = source.read(pos)
@@ -120,7 +123,7 @@ class SampleEncoder(VisionEncoderMixin):
         if modality not in (VIDEO, IMAGE):
             raise ValueError(f"modality code {modality} is not text (0), video (1) or image (2)")
         if self.rule is None:
-            raise ValueError("a media sample needs vision_rule= on the loader (the index's rule)")
+            raise ConfigError("a media sample needs vision_rule= on the loader (the index's rule)")
         if modality == VIDEO:
             vt = self.rule.video(
                 num_frames=int(source.num_frames[pos]),
@@ -135,7 +138,7 @@ class SampleEncoder(VisionEncoderMixin):
         ext = next((e for e in exts if e in sample), None)
         if ext is None:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
-        eod = max(0, special - vt.special) if hasattr(source, "special_tokens") else 0
+        eod = max(0, special - vt.special)
         if self.vision is not None:
             return EncodedSample(
                 **self._encode_real(source, pos, sample, vt, modality, eod, sample[ext])
@@ -194,7 +197,12 @@ class SampleEncoder(VisionEncoderMixin):
             for j in range(frames_per_group)
             if g * frames_per_group + j < len(vt.frame_indices)
         ]
-        pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend)
+        pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend, key=key)
+        if pixels.shape[0] != len(frames):  # a backend must not drop or repeat frames
+            raise ValueError(
+                f"decoded {pixels.shape[0]} frames where the index's frame count asks for "
+                f"{len(frames)} (frames {frames[:4]}...); the video's metadata is wrong: re-index"
+            )
         return VisionInput(
             sample_id=sample_id,
             key=key,
@@ -216,7 +224,9 @@ def _decode_image(data: bytes, resized: tuple[int, int]) -> torch.Tensor:
     try:
         from PIL import Image
     except ImportError as e:  # pragma: no cover - Pillow ships with the video extra's deps
-        raise ValueError("decoding image samples needs Pillow: pip install pillow") from e
+        raise MissingDependencyError(
+            "decoding image samples needs Pillow: pip install 'fcp[video]' (or pillow)"
+        ) from e
     with Image.open(io.BytesIO(data)) as im:
         rgb = im.convert("RGB").resize((resized[1], resized[0]), Image.Resampling.BICUBIC)
         return torch.from_numpy(np.asarray(rgb).copy()).unsqueeze(0)
@@ -228,7 +238,7 @@ class CustomEncoder:
 
     fn: Callable[[Mapping[str, Any]], np.ndarray]
 
-    def __call__(self, source: Any, pos: int) -> EncodedSample:
+    def __call__(self, source: SampleSource, pos: int) -> EncodedSample:
         return EncodedSample(tokens=np.asarray(self.fn(source.read(pos)), dtype=np.int64))
 
     def vision_input(self, enc: EncodedSample, **_: Any) -> VisionInput | None:

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
+import msgspec
 import numpy as np
 
 from ..collate import IGNORE_INDEX, MicroBatch, PackedShard, VisionInput, pack_shard
-from ..errors import DataError
-from ..planner import Cluster, CostModel, Plan
+from ..errors import ConfigError, DataError
+from ..planner import Cluster, CostModel, Plan, RankPlan, Wave
 from ..vision.payload import PayloadParts, build_payload
 from .encode import CustomEncoder, EncodedSample, SampleEncoder
 from .sampler import GlobalBatchSampler
+from .time_limit import SampleTimeLimit
 from .types import BatchMetrics, SampleSource
 
 __all__ = ["BatchBuilder", "PlannedBatch", "SampleReadError"]
@@ -69,11 +72,14 @@ class BatchBuilder:
     on_too_long: Literal["raise", "drop"] = "raise"
     on_error: Literal["raise", "skip"] = "raise"
     pad_id: int = 0
+    time_limit: SampleTimeLimit = field(default_factory=lambda: SampleTimeLimit(0.0))
+    index_skipped: int = 0
 
     def plan(self, ids: np.ndarray) -> Plan:
         seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
         causal = np.asarray(self.source.causal)[ids].astype(bool)
-        return self.planner(
+        extra = {} if getattr(self.cost, "vision", None) is None else self._vision_work(ids)
+        plan = self.planner(
             seqlens,
             self.cluster,
             self.cost,
@@ -81,18 +87,38 @@ class BatchBuilder:
             strategy=self.strategy,
             seed=self.sampler.seed,
             on_too_long=self.on_too_long,
+            **extra,
         )
+        if plan.num_waves == 0:  # every sequence dropped: one empty wave, as the planner does
+            if len(plan.dropped) != len(ids):
+                raise DataError(
+                    f"the planner returned no wave for {len(ids)} sequences of which it dropped "
+                    f"{len(plan.dropped)}: a plan must place every sequence it does not drop"
+                )
+            plan = msgspec.structs.replace(plan, waves=(Wave(groups=()),)).with_digest()
+        return plan
+
+    def _vision_work(self, ids: np.ndarray) -> dict[str, Any]:
+        """`vision=` for the planner when the cost model has vision terms: the batch's encoder
+        units from the index columns (none for a source without media columns)."""
+        if not hasattr(self.source, "modality"):
+            return {}
+        from ..planner import VisionWork
+
+        enc = self.encoder
+        layout = "template" if getattr(enc, "vision", None) is not None else "specials-first"
+        work = VisionWork.from_index(
+            self.source, ids, rule=getattr(enc, "rule", None), layout=layout
+        )
+        return {"vision": work}
 
     def _read(self, pos: int, planned: int) -> tuple[EncodedSample, str | None]:
         """Sample at index position `pos`, or (padding, reason) when skipping a bad one."""
         key = str(self.source.keys[pos])
         try:
-            enc = self.encoder(self.source, pos)
+            enc = self.time_limit(f"reading sample {key!r}", lambda: self.encoder(self.source, pos))
         except Exception as e:  # any reader/decoder failure is this sample's, named by key
-            if self.on_error == "raise":
-                raise SampleReadError(key, pos, f"{type(e).__name__}: {e}") from e
-            pad = np.full(planned, self.pad_id, dtype=np.int64)
-            return EncodedSample(tokens=pad), f"{type(e).__name__}: {e}"
+            return self._bad(key, pos, planned, e)
         if len(enc.tokens) != planned:
             raise SampleReadError(
                 key,
@@ -102,6 +128,19 @@ class BatchBuilder:
                 "(fcp index --tokenizer ...) or pass the tokenizer it was built with",
             )
         return enc, None
+
+    def _bad(self, key: str, pos: int, planned: int, e: Exception) -> tuple[EncodedSample, str]:
+        """Apply on_error to a failed sample: raise naming it, or padding and the reason.
+
+        A ConfigError (a missing PyAV, a text sample without a tokenizer) is the setup's
+        fault, not the sample's: skipping would drop every such sample, so it always raises.
+        """
+        if isinstance(e, ConfigError):
+            raise e
+        reason = f"{type(e).__name__}: {e}"
+        if self.on_error == "raise":
+            raise SampleReadError(key, pos, reason) from e
+        return EncodedSample(tokens=np.full(planned, self.pad_id, dtype=np.int64)), reason
 
     # ---- vision path (LoaderOptions.vision) ------------------------------------------------
     def _global_loss(self, ids: np.ndarray, seqlens: np.ndarray, planned: Any) -> int:
@@ -132,19 +171,23 @@ class BatchBuilder:
         lo, hi = packed.local_cu_seqlens_padded, packed.cu_seqlens_padded
         for k, e in enumerate(encs):
             kept = (len(out.pixel_values), len(out.grid_thw), len(out.runs), len(out.scatter))
+            if any(k_ == keys[k] for k_, _ in bad):
+                continue  # already masked (unreadable): no pixels
             try:
-                enc.vision_payload(
-                    out,
-                    k,
-                    e,
-                    held=packed.global_positions[k],
-                    offset=int(lo[k]),
-                    padded_len=int(hi[k + 1] - hi[k]),
+                self.time_limit(
+                    f"decoding the pixels of sample {keys[k]!r}",
+                    partial(
+                        enc.vision_payload,
+                        out,
+                        k,
+                        e,
+                        held=packed.global_positions[k],
+                        offset=int(lo[k]),
+                        padded_len=int(hi[k + 1] - hi[k]),
+                    ),
                 )
-            except (ValueError, OSError) as err:
-                reason = f"{type(err).__name__}: {err}"
-                if self.on_error == "raise":
-                    raise SampleReadError(keys[k], pos[k], reason) from err
+            except Exception as err:  # undecodable, short or hung: this sample's fault
+                _, reason = self._bad(keys[k], pos[k], len(e.tokens), err)
                 del out.pixel_values[kept[0] :], out.grid_thw[kept[1] :]
                 del out.runs[kept[2] :], out.scatter[kept[3] :]
                 a, b = int(lo[k]), int(lo[k + 1])
@@ -182,6 +225,82 @@ class BatchBuilder:
             for s in plan.for_replica(self.replica, w).sequence_ids
         ]
 
+    def _micro_batch(
+        self,
+        rank_plan: RankPlan,
+        ids: np.ndarray,
+        wave_groups: tuple[tuple[int, ...], ...],
+        global_loss: int,
+        epoch: int,
+        batch_index: int,
+    ) -> tuple[MicroBatch, list[tuple[str, str]]]:
+        """This replica's shard of one wave: read, pack, decode its frames; bad samples masked.
+
+        Where a sample's tokens sit depends only on the plan's lengths, so frames are decoded
+        after packing; samples whose frames fail are then padded and masked, and the shard is
+        packed again (the other samples' frames keep their positions).
+        """
+        pos = tuple(int(ids[s]) for s in rank_plan.sequence_ids)
+        keys = tuple(str(self.source.keys[p]) for p in pos)
+        encs: list[EncodedSample] = []
+        reasons: list[str | None] = []
+        for p, L in zip(pos, rank_plan.seqlens):
+            enc, reason = self._read(p, int(L))
+            encs.append(enc)
+            reasons.append(reason)
+
+        def pack() -> PackedShard:
+            return pack_shard(
+                [e.tokens for e in encs],
+                degree=rank_plan.degree,
+                index=rank_plan.index_in_group,
+                pad_id=self.pad_id,
+                masked=[r is not None for r in reasons],
+                targets=[e.targets for e in encs],
+            )
+
+        packed, failed = pack(), False
+        vision: list[VisionInput] = []
+        for j, enc in enumerate(encs):
+            if reasons[j] is not None:
+                continue
+            try:
+                vi = self.time_limit(
+                    f"decoding the frames of sample {keys[j]!r}",
+                    partial(
+                        self.encoder.vision_input,
+                        enc,
+                        sample_id=pos[j],
+                        key=keys[j],
+                        held=packed.global_positions[j],
+                        offset=int(packed.local_cu_seqlens_padded[j]),
+                    ),
+                )
+            except Exception as e:  # undecodable or short video: this sample's fault
+                encs[j], reasons[j] = self._bad(keys[j], pos[j], int(rank_plan.seqlens[j]), e)
+                failed = True
+                continue
+            if vi is not None:
+                vision.append(vi)
+        if failed:  # same lengths, same positions: the other samples' frames stay valid
+            packed = pack()
+        bad = [(k, r) for k, r in zip(keys, reasons) if r is not None]
+        payload = self._vision_payload(encs, packed, pos, keys, bad)
+        mb = MicroBatch.from_packed(
+            packed,
+            rank_plan=rank_plan,
+            sample_ids=pos,
+            keys=keys,
+            global_num_loss_tokens=global_loss,
+            wave_groups=wave_groups,
+            epoch=epoch,
+            batch_index=batch_index,
+            skipped=tuple(bad),
+            vision=tuple(vision),
+            payload=payload,
+        )
+        return mb, bad
+
     def build(self, epoch: int, batch_index: int, order: np.ndarray | None = None) -> PlannedBatch:
         ids = self.sampler.batch(epoch, batch_index, order)
         t0 = time.perf_counter()
@@ -204,64 +323,24 @@ class BatchBuilder:
         )
         mbs: list[MicroBatch] = []
         for w in range(plan.num_waves):
-            rp = plan.for_replica(self.replica, w)
-            rings = tuple(g.replicas for g in plan.waves[w].groups)
-            if rp.is_empty:
+            rank_plan = plan.for_replica(self.replica, w)
+            wave_groups = tuple(g.replicas for g in plan.waves[w].groups)
+            if rank_plan.is_empty:
                 mbs.append(
                     MicroBatch.empty(
-                        rp,
+                        rank_plan,
                         global_num_loss_tokens=global_loss,
-                        wave_groups=rings,
+                        wave_groups=wave_groups,
                         epoch=epoch,
                         batch_index=batch_index,
                     )
                 )
                 continue
-            pos = tuple(int(ids[s]) for s in rp.sequence_ids)
-            keys = tuple(str(self.source.keys[p]) for p in pos)
-            encs, masked, bad = [], [], []
-            for p, k, L in zip(pos, keys, rp.seqlens):
-                enc, reason = self._read(p, int(L))
-                encs.append(enc)
-                masked.append(reason is not None)
-                if reason is not None:
-                    bad.append((k, reason))
-            packed = pack_shard(
-                [e.tokens for e in encs],
-                degree=rp.degree,
-                index=rp.index_in_group,
-                pad_id=self.pad_id,
-                masked=masked,
-                targets=[e.targets for e in encs],
+            mb, bad = self._micro_batch(
+                rank_plan, ids, wave_groups, global_loss, epoch, batch_index
             )
-            payload = self._vision_payload(encs, packed, pos, keys, bad)
-            vision: list[VisionInput] = []
-            for j, enc in enumerate(encs):
-                vi = self.encoder.vision_input(
-                    enc,
-                    sample_id=pos[j],
-                    key=keys[j],
-                    held=packed.global_positions[j],
-                    offset=int(packed.local_cu_seqlens_padded[j]),
-                )
-                if vi is not None:
-                    vision.append(vi)
             skipped.extend(bad)
-            mbs.append(
-                MicroBatch.from_packed(
-                    packed,
-                    rank_plan=rp,
-                    sample_ids=pos,
-                    keys=keys,
-                    global_num_loss_tokens=global_loss,
-                    wave_groups=rings,
-                    epoch=epoch,
-                    batch_index=batch_index,
-                    skipped=tuple(bad),
-                    vision=tuple(vision),
-                    payload=payload,
-                )
-            )
+            mbs.append(mb)
         metrics = BatchMetrics(
             epoch=epoch,
             batch_index=batch_index,
@@ -276,6 +355,7 @@ class BatchBuilder:
             load_s=time.perf_counter() - t1,
             digest=plan.digest,
             skipped=tuple(skipped),
+            index_skipped=self.index_skipped,
             source_counts=self._source_counts(ids),
         )
         return PlannedBatch(

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ConfigError
+
 __all__ = ["GlobalBatchSampler"]
 
 
@@ -33,14 +35,14 @@ class GlobalBatchSampler:
 
     def __post_init__(self) -> None:
         if isinstance(self.global_batch_size, bool) or int(self.global_batch_size) < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"global_batch_size={self.global_batch_size!r} must be an integer >= 1 "
                 "(sequences per optimizer step, summed over all replicas)"
             )
         if self.num_samples < 1:
-            raise ValueError(f"num_samples={self.num_samples}: the source holds no samples")
+            raise ConfigError(f"num_samples={self.num_samples}: the source holds no samples")
         if self.drop_last and self.num_samples < self.global_batch_size:
-            raise ValueError(
+            raise ConfigError(
                 f"drop_last=True with global_batch_size={self.global_batch_size} > "
                 f"num_samples={self.num_samples} leaves no batch; lower the batch size"
             )

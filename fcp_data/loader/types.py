@@ -1,34 +1,15 @@
-"""Small data types of the loader: resume state, per-batch metrics, the sample source protocol."""
+"""Small data types of the loader: resume state, per-batch metrics, and the sample-source
+contract (`SampleSource`, defined with the sources in `fcp_data.readers`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import msgspec
-import numpy as np
+
+from ..readers.sample_source import SampleSource
 
 __all__ = ["BatchMetrics", "LoaderState", "SampleSource"]
-
-
-@runtime_checkable
-class SampleSource(Protocol):
-    """What the loader needs from a length index (`fcp_data.readers.LengthIndex` provides it).
-
-    `seqlens[i]` is sample i's planned token count (text + vision + special tokens), `causal[i]`
-    its attention kind, `read(i)` its members (extension -> bytes) found by tar offsets.
-    """
-
-    @property
-    def keys(self) -> Any: ...
-
-    @property
-    def seqlens(self) -> np.ndarray: ...
-
-    @property
-    def causal(self) -> np.ndarray: ...
-
-    def read(self, i: int) -> Mapping[str, Any]: ...
 
 
 class LoaderState(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,6 +18,9 @@ class LoaderState(msgspec.Struct, frozen=True, kw_only=True):
     `batch` global batches of `epoch` are done and `wave` micro-batches of the next one were
     yielded. `num_replicas` and `global_batch_size` are kept only to detect a changed cluster
     (elastic resume: same samples, new plans) or a changed batch size (warned).
+    `source_fingerprint` (a digest of every key and length) and `sampler` (the settings that
+    change the sample order) refuse a resume over another dataset of the same size or another
+    order; states saved without them are accepted with a warning.
     """
 
     epoch: int
@@ -46,6 +30,8 @@ class LoaderState(msgspec.Struct, frozen=True, kw_only=True):
     global_batch_size: int
     num_samples: int
     num_replicas: int
+    source_fingerprint: str = ""
+    sampler: str = ""
 
 
 class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,6 +41,8 @@ class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
     when num_workers > 0); `load_s` reading, tokenizing and packing this replica's share.
     `skipped` lists (key, reason) of samples left out of this batch: too long for the cluster
     (dropped by the planner) or unreadable (masked out by this replica's group).
+    `index_skipped` counts samples the index build or shard scan left out of the source (the
+    same number every batch, so a dashboard never shows 0 while samples are missing).
     """
 
     epoch: int
@@ -72,6 +60,7 @@ class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
     skipped: tuple[tuple[str, str], ...] = ()
     source_counts: tuple[int, ...] = ()
     """Samples of each blended source in this batch (loader.blend.Blend; empty otherwise)."""
+    index_skipped: int = 0
 
     @property
     def ratio_to_bound(self) -> float:

@@ -4,9 +4,10 @@ The planner is pure: rank, replica and world size are arguments, never read from
 environment, so every replica computes the same plan from the same lengths.
 """
 
+from ..layout import padded_length
 from .api import STRATEGIES, plan_global_batch
 from .cluster import Cluster
-from .cost import CostModel, padded_length
+from .cost import CostModel
 from .generators import DISTRIBUTIONS, generate_lengths
 from .plan import CPGroup, Plan, RankPlan, Wave, structure_digest
 from .presets import DEVICES, MODELS, DeviceSpec, ModelSpec

@@ -32,12 +32,12 @@ from .cost import CostModel
 from .lanes import lane_candidates, static_balanced
 from .moldable import moldable_schedule
 from .paper import paper_schedule
-from .plan import Plan
+from .plan import Plan, Wave
 from .problem import Problem
 from .schedule import Schedule
 from .vision_cost import VisionLoad, VisionWork
 
-__all__ = ["STRATEGIES", "plan_global_batch"]
+__all__ = ["STRATEGIES", "check_strategy", "plan_global_batch"]
 
 STRATEGIES = (
     "fcp",
@@ -50,6 +50,13 @@ STRATEGIES = (
     "megatron-hybrid",
 )
 ON_TOO_LONG = ("raise", "drop")
+
+
+def check_strategy(strategy: object) -> str:
+    """`strategy` if it names a planner strategy, else ConfigError listing the allowed ones."""
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        raise ConfigError(f"strategy={strategy!r} is not one of {STRATEGIES}")
+    return strategy
 
 
 def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule]:
@@ -175,13 +182,14 @@ def plan_global_batch(
     Pure and deterministic: the same lengths, cluster, cost model, strategy and seed give the
     same plan (same digest) in every process. `seed` only orders sequences of equal cost.
     A sequence that cannot fit even on all N replicas raises (`on_too_long="raise"`) or is left
-    out and listed in `Plan.dropped` (`"drop"`). `vision`: the batch's vision work
-    (`VisionWork.from_media` from the length index columns and rule), priced by `cost.vision`.
+    out and listed in `Plan.dropped` (`"drop"`); when every sequence is dropped the plan is one
+    empty wave (every replica sits it out). An unknown strategy raises ConfigError. `vision`:
+    the batch's vision work (`VisionWork.from_media` from the length index columns and rule),
+    priced by `cost.vision`.
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
+    check_strategy(strategy)
     if on_too_long not in ON_TOO_LONG:
-        raise ValueError(f"on_too_long={on_too_long!r} is not one of {ON_TOO_LONG}")
+        raise ConfigError(f"on_too_long={on_too_long!r} is not one of {ON_TOO_LONG}")
     pow2 = strategy == "pow2"
     prob = Problem.build(seqlens, cluster, cost, causal=causal, pow2=pow2, seed=seed)
     blind = None
@@ -206,11 +214,16 @@ def plan_global_batch(
     keep = prob.dmin > 0
     units = prob.order[keep[prob.order]]
     dropped = tuple(int(i) for i in too_long)
-    if units.size == 0:
-        raise ValueError(
-            f"all {prob.lens.size} sequences are too long for {prob.num_replicas} replicas of "
-            f"{prob.cap} tokens: nothing left to plan"
-        )
+    if units.size == 0:  # on_too_long="drop" left nothing: one empty wave, all counted
+        return Plan(
+            num_replicas=prob.num_replicas,
+            waves=(Wave(groups=()),),
+            predicted_time=0.0,
+            lower_bound=0.0,
+            strategy=strategy,
+            winner="none",
+            dropped=dropped,
+        ).with_digest()
     lower = lower_bound(prob, np.flatnonzero(keep))
     found = [s for s in _FAMILIES[strategy](prob, lower, units) if s is not None]
     if blind is not None and strategy in ("fcp", "pow2"):

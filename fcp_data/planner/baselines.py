@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .kernels import pack_local
+from .kernels import shard_tokens
 from .problem import Problem
 from .schedule import Schedule
 
@@ -44,7 +44,7 @@ def _next_fit(
         used = 0
         rank = -1
         for j in range(g, ids.size, groups):
-            loc = pack_local(lens[ids[j]], d)
+            loc = shard_tokens(lens[ids[j]], d)
             if rank < 0 or used + loc > cap:
                 cur += 1
                 rank += 1

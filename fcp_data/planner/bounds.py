@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layout import shard_tokens
 from .kernels import BETA1, BETA2, INTER_NODE_BANDWIDTH, INTRA_NODE_BANDWIDTH
 from .problem import Problem
 
@@ -39,7 +40,7 @@ def lower_bound(prob: Problem, keep: np.ndarray | None = None) -> float:
     fastest, slowest = float(prob.speed.max()), float(prob.speed.min())
     s = int(prob.lens[top])
     d = np.arange(1, prob.num_replicas + 1)  # every degree: the bound holds for all strategies
-    local = np.where(d == 1, s, -(-s // (2 * d)) * 2)
+    local = shard_tokens(s, d)
     d = d[local <= prob.cap]
     if d.size == 0:
         return work / total_speed

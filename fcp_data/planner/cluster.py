@@ -7,7 +7,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ConfigError
+
 __all__ = ["Cluster"]
+
+
+def _whole(name: str, value: object) -> int:
+    """An integer >= 1; 1.5 (which int() would read as 1), bools and strings are refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{name}={value!r} must be an integer >= 1, got {type(value).__name__}")
+    if value < 1:
+        raise ConfigError(f"{name}={value} must be >= 1")
+    return int(value)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True, init=False)
@@ -36,36 +47,38 @@ class Cluster:
         memory_bytes: float | None = None,
         speed: tuple[float, ...] | list[float] | np.ndarray | None = None,
     ) -> None:
-        if isinstance(num_replicas, bool) or not isinstance(num_replicas, (int, np.integer)):
-            raise TypeError(f"num_replicas must be an int, got {num_replicas!r}")
-        if num_replicas < 1:
-            raise ValueError(f"num_replicas={num_replicas} must be >= 1")
-        rpn = num_replicas if replicas_per_node is None else int(replicas_per_node)
-        if rpn < 1:
-            raise ValueError(f"replicas_per_node={replicas_per_node} must be >= 1")
+        num_replicas = _whole("num_replicas", num_replicas)
+        rpn = (
+            num_replicas
+            if replicas_per_node is None
+            else _whole("replicas_per_node", replicas_per_node)
+        )
         if (tokens_per_replica is None) == (memory_bytes is None):
-            raise ValueError(
+            raise ConfigError(
                 "give exactly one of tokens_per_replica= (capacity in tokens) or memory_bytes= "
                 f"(device memory, turned into tokens by the cost model); got "
                 f"tokens_per_replica={tokens_per_replica!r}, memory_bytes={memory_bytes!r}"
             )
-        if tokens_per_replica is not None and int(tokens_per_replica) < 1:
-            raise ValueError(f"tokens_per_replica={tokens_per_replica} must be >= 1")
+        if tokens_per_replica is not None:
+            tokens_per_replica = _whole("tokens_per_replica", tokens_per_replica)
         if memory_bytes is not None and not (
-            math.isfinite(float(memory_bytes)) and float(memory_bytes) > 0
+            isinstance(memory_bytes, (int, float, np.number))
+            and not isinstance(memory_bytes, bool)
+            and math.isfinite(float(memory_bytes))
+            and float(memory_bytes) > 0
         ):
-            raise ValueError(f"memory_bytes={memory_bytes!r} must be a positive finite number")
+            raise ConfigError(f"memory_bytes={memory_bytes!r} must be a positive finite number")
         sp: tuple[float, ...] | None = None
         if speed is not None:
             sp = tuple(float(s) for s in speed)
             if len(sp) != num_replicas:
-                raise ValueError(
+                raise ConfigError(
                     f"speed has {len(sp)} factors but num_replicas={num_replicas}: give one "
                     "speed factor per replica"
                 )
             bad = [s for s in sp if not (math.isfinite(s) and s > 0)]
             if bad:
-                raise ValueError(f"speed factors must be positive and finite, got {bad[:3]}")
+                raise ConfigError(f"speed factors must be positive and finite, got {bad[:3]}")
             if all(s == 1.0 for s in sp):
                 sp = None
         object.__setattr__(self, "num_replicas", int(num_replicas))

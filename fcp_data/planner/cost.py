@@ -11,9 +11,9 @@ since ring P2P overlaps attention. v is the ring's slowest link (intra- or inter
 group runs at the pace of its slowest member: compute terms are divided by the smallest speed
 factor of the group; communication is not.
 
-Memory (Eq. 7) is checked on the padded shard actually held: with d > 1 a sequence is padded to
-a multiple of 2d (zigzag chunks) and each member holds 1/d of it, so a group fits when
-Σ_k pad(s_k, d) / d ≤ tokens_per_replica.
+Memory (Eq. 7) is checked on the padded shard actually held (`fcp_data.layout`): a sequence is
+padded to a multiple of 2d (zigzag chunks, 2 at d = 1) and each member holds 1/d of it, so a
+group fits when Σ_k shard_tokens(s_k, d) ≤ tokens_per_replica.
 """
 
 from __future__ import annotations
@@ -27,22 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import ConfigError
+from ..layout import padded_length, shard_tokens
+
 if TYPE_CHECKING:
     from .cluster import Cluster
     from .presets import DeviceSpec, ModelSpec
     from .vision_cost import VisionCost
 
-__all__ = ["CostModel", "padded_length", "ring_bytes_per_token"]
+__all__ = ["CostModel", "ring_bytes_per_token"]
 
 DKV_BYTES = 4  # dK/dV accumulators travel in fp32 so that the d block terms sum exactly
-
-
-def padded_length(seqlen: int, degree: int) -> int:
-    """Length of a sequence once padded for a degree-d zigzag split (2d chunks; none at d=1)."""
-    if degree <= 1:
-        return int(seqlen)
-    q = 2 * degree
-    return -(-int(seqlen) // q) * q
 
 
 def ring_bytes_per_token(
@@ -99,16 +94,19 @@ class CostModel:
             if f.name in ("name", "vision"):
                 continue
             v = getattr(self, f.name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not ok or not math.isfinite(v) or v < 0:
+                raise ConfigError(
                     f"CostModel.{f.name}={v!r} must be a finite number >= 0 "
                     "(refit the profile or fix the preset)"
                 )
+        if not isinstance(self.name, str):
+            raise ConfigError(f"CostModel.name={self.name!r} must be a string")
         for f in ("intra_node_bandwidth", "inter_node_bandwidth"):
             if getattr(self, f) <= 0:
-                raise ValueError(f"CostModel.{f}={getattr(self, f)!r} must be > 0 (bytes/s)")
+                raise ConfigError(f"CostModel.{f}={getattr(self, f)!r} must be > 0 (bytes/s)")
         if self.alpha1 == 0 and self.alpha2 == 0:
-            raise ValueError("CostModel needs alpha1 > 0 or alpha2 > 0: every plan would cost 0")
+            raise ConfigError("CostModel needs alpha1 > 0 or alpha2 > 0: every plan would cost 0")
 
     # ---- the model ---------------------------------------------------------------------
     def bandwidth(self, inter_node: bool) -> float:
@@ -199,7 +197,7 @@ class CostModel:
             return 1
         d = max(1, -(-int(s.sum()) // cap))
         while d <= cluster.num_replicas:
-            local = int(s.sum()) if d == 1 else int(np.sum(-(-s // (2 * d)) * 2))
+            local = int(np.sum(shard_tokens(s, d)))
             if local <= cap:
                 return d
             d += 1

@@ -13,8 +13,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from ..layout import shard_tokens
 from .cluster import Cluster
-from .cost import CostModel, padded_length
+from .cost import CostModel
 
 __all__ = ["exhaustive_optimum"]
 
@@ -47,7 +48,7 @@ def exhaustive_optimum(
         for block in part:
             opts = []
             for d in range(1, n + 1):
-                if sum(padded_length(int(s), d) // d for s in lens[block]) > cap:
+                if sum(shard_tokens(int(s), d) for s in lens[block]) > cap:
                     continue
                 for s0 in range(n - d + 1):
                     t = cost.group_time(

@@ -59,7 +59,7 @@ def _paper_waves(
     att: np.ndarray,
     lin: np.ndarray,
     comm: np.ndarray,
-    gd: np.ndarray,
+    group_dmin: np.ndarray,
     num_replicas: int,
     replicas_per_node: int,
     allowed: np.ndarray,
@@ -79,13 +79,13 @@ def _paper_waves(
         g = order[t]
         best = -1
         for w in range(nwaves):
-            if room[w] >= gd[g] and (best < 0 or load[w] < load[best]):
+            if room[w] >= group_dmin[g] and (best < 0 or load[w] < load[best]):
                 best = w
         if best < 0:
             return order, np.zeros(0, np.int64), np.zeros(0, np.int64), INF
         wave_of[g] = best
         load[best] += work[g]
-        room[best] -= gd[g]
+        room[best] -= group_dmin[g]
     free = np.zeros(num_replicas)
     seg_lo = np.arange(0, num_replicas, replicas_per_node)
     seg_hi = np.minimum(seg_lo + replicas_per_node, num_replicas)
@@ -101,7 +101,7 @@ def _paper_waves(
             att[idx],
             lin[idx],
             comm[idx],
-            gd[idx],
+            group_dmin[idx],
             num_replicas,
             replicas_per_node,
             allowed,
@@ -109,31 +109,45 @@ def _paper_waves(
         )
         if span >= INF:
             return order, np.zeros(0, np.int64), np.zeros(0, np.int64), INF
-        st = _place(
+        window_starts = _place(
             deg, np.argsort(-deg, kind="mergesort"), num_replicas, replicas_per_node, seg_lo, seg_hi
         )
         times = np.empty(idx.size)
         for j in range(idx.size):
             g = idx[j]
             times[j] = _window_time(
-                att[g], lin[g], comm[g], st[j], deg[j], replicas_per_node, speed, cost_params
+                att[g],
+                lin[g],
+                comm[g],
+                window_starts[j],
+                deg[j],
+                replicas_per_node,
+                speed,
+                cost_params,
             )
         # Pair the longest groups with the windows of equal degree that free up first.
         for d in np.unique(deg):
             sel = np.flatnonzero(deg == d)
             ready = np.empty(sel.size)
             for j in range(sel.size):
-                ready[j] = free[st[sel[j]] : st[sel[j]] + d].max()
-            wins = st[sel][np.argsort(ready, kind="mergesort")]
+                ready[j] = free[window_starts[sel[j]] : window_starts[sel[j]] + d].max()
+            wins = window_starts[sel][np.argsort(ready, kind="mergesort")]
             by_time = sel[np.argsort(-times[sel], kind="mergesort")]
             for j in range(sel.size):
-                st[by_time[j]] = wins[j]
+                window_starts[by_time[j]] = wins[j]
         for j in range(idx.size):
             g = idx[j]
             t = _window_time(
-                att[g], lin[g], comm[g], st[j], deg[j], replicas_per_node, speed, cost_params
+                att[g],
+                lin[g],
+                comm[g],
+                window_starts[j],
+                deg[j],
+                replicas_per_node,
+                speed,
+                cost_params,
             )
-            s0 = st[j]
+            s0 = window_starts[j]
             t0 = free[s0 : s0 + deg[j]].max()
             free[s0 : s0 + deg[j]] = t0 + t
             out_g[cnt] = g
@@ -147,19 +161,19 @@ def paper_schedule(
     prob: Problem, units: np.ndarray | None = None, tries: int = 3
 ) -> Schedule | None:
     ids = prob.order if units is None else units
-    bin_of, gd = atomic_groups(prob, ids)
+    bin_of, group_dmin = atomic_groups(prob, ids)
     b = bin_of[ids]
-    att = np.bincount(b, weights=prob.att[ids], minlength=gd.size)
-    lin = np.bincount(b, weights=prob.lin[ids], minlength=gd.size)
-    comm = np.bincount(b, weights=prob.comm[ids], minlength=gd.size)
-    first = max(1, -(-int(gd.sum()) // prob.num_replicas))
+    att = np.bincount(b, weights=prob.att[ids], minlength=group_dmin.size)
+    lin = np.bincount(b, weights=prob.lin[ids], minlength=group_dmin.size)
+    comm = np.bincount(b, weights=prob.comm[ids], minlength=group_dmin.size)
+    first = max(1, -(-int(group_dmin.sum()) // prob.num_replicas))
     best: tuple[np.ndarray, np.ndarray, np.ndarray, float, int] | None = None
     for waves in range(first, first + tries):
         group_order, starts, degs, makespan = _paper_waves(
             att,
             lin,
             comm,
-            gd,
+            group_dmin,
             prob.num_replicas,
             prob.replicas_per_node,
             prob.allowed,
@@ -172,7 +186,7 @@ def paper_schedule(
     if best is None:
         return None
     order, starts, degs, _, waves = best
-    pos = np.empty(gd.size, np.int64)
+    pos = np.empty(group_dmin.size, np.int64)
     pos[order] = np.arange(order.size)
     return Schedule(
         name=f"paper(waves={waves})", starts=starts, degs=degs, units=ids, unit_group=pos[b]

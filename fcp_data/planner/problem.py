@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..layout import min_degree
 from .cluster import Cluster
 from .cost import CostModel
 from .kernels import BETA1, BETA2, INTER_NODE_BANDWIDTH, INTRA_NODE_BANDWIDTH
@@ -153,17 +154,13 @@ class Problem:
 
     def min_degrees(self, lens: np.ndarray) -> np.ndarray:
         """Smallest allowed degree holding each sequence alone (0 where none does)."""
-        d = np.maximum(1, -(-lens // self.cap))
-        for _ in range(8):  # padding adds at most 2d-1 tokens: a few steps settle it
-            local = np.where(d == 1, lens, -(-lens // (2 * d)) * 2)
-            over = local > self.cap
-            if not over.any():
-                break
-            d = d + over
+        d = min_degree(lens, self.cap)  # any larger degree fits too: shards shrink with d
         allowed_deg = np.flatnonzero(self.allowed)
         pos = np.searchsorted(allowed_deg, d)
         out = np.where(
-            pos < allowed_deg.size, allowed_deg[np.minimum(pos, allowed_deg.size - 1)], 0
+            (pos < allowed_deg.size) & (d > 0),
+            allowed_deg[np.minimum(pos, allowed_deg.size - 1)],
+            0,
         )
         return out.astype(np.int64)
 

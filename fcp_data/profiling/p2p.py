@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, DataError
-from .spawn import spawn_group
+from .spawn import run_group
 
 __all__ = ["P2PPoint", "measure_p2p"]
 
@@ -79,7 +79,7 @@ def measure_p2p(
     if len(sizes) < 2:
         raise ConfigError(f"sizes={list(sizes)}: a latency + bandwidth fit needs >= 2 sizes")
     try:
-        result = spawn_group(
+        result = run_group(
             _pingpong,
             2,
             [int(s) for s in sizes],

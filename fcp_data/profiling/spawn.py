@@ -1,4 +1,7 @@
-"""Two or more spawned processes with a hard deadline (the P2P measurement's launcher).
+"""Local process groups: a free port and a spawned group with a hard deadline.
+
+The profiler's P2P measurement, `fcp_exec.launch` (benchmarks, examples, tests) and the demo
+start several processes on one host the same way; this is the one implementation.
 
 Pick a port the OS says is free, spawn one process per rank, read rank 0's result while they
 run (a large result must not block its sender on a full pipe), kill stragglers at the deadline
@@ -15,7 +18,7 @@ from typing import Any
 
 from ..errors import DataError
 
-__all__ = ["free_port", "spawn_group"]
+__all__ = ["free_port", "run_group"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -25,11 +28,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def spawn_group(
+def run_group(
     target: Callable[..., None], world: int, *args: Any, timeout_s: float, what: str
 ) -> Any:
-    """Run `target(rank, world, port, out, *args)` on `world` spawned processes; one of them
-    must `out.put(result)`, which is returned."""
+    """Run `target(rank, world, port, out, *args)` on `world` spawned processes.
+
+    `target` must be importable (spawned, not forked) and one rank must `out.put(result)`.
+    Returns that result. Raises DataError (a RuntimeError) naming `what` and every exit code
+    when a process fails, nothing arrives, or the deadline passes (stragglers are killed).
+    """
     ctx = mp.get_context("spawn")
     out = ctx.SimpleQueue()
     port = free_port()

@@ -5,6 +5,7 @@
     index = LengthIndex.open("index", expect_rule="qwen2.5-vl")   # memory-mapped, verified
     planner_input = index.seqlens, index.causal                    # int64, bool per sample
     members = index.read(i)                                        # {"mp4": b..., "json": b...}
+    source = ScannedSource.scan("shards/text-*.tar")               # no index: scanned in memory
     frames = decode_index_video(index, i, token_range=(0, 4096))   # uint8 (T, H, W, 3)
     for rec in stream_records("pipe:curl -s URL/shard-{0..9}.tar"):  # no index: metadata only
         rec.seqlen, rec.causal, rec.fetch()
@@ -27,7 +28,11 @@ __all__ = [
     "RuleMismatchError",
     "SampleError",
     "SampleRecord",
+    "SampleSource",
     "ScanConfig",
+    "ScanHeader",
+    "ScannedSource",
+    "SourceHeader",
     "StaleIndexError",
     "TokenStore",
     "TooManyFailures",
@@ -59,7 +64,11 @@ _WHERE = {
     "RatioCounter": "text",
     "load_counter": "text",
     "SampleRecord": "scan",
+    "SampleSource": "sample_source",
+    "SourceHeader": "sample_source",
     "ScanConfig": "scan",
+    "ScanHeader": "scanned",
+    "ScannedSource": "scanned",
     "VisionTokenRule": "rules_base",
     "VisionTokens": "rules_base",
     "build_index": "build",

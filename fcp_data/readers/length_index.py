@@ -4,9 +4,11 @@
     seqlens, causal = index.seqlens, index.causal    # np.int64 / np.bool_ in sample order
     members = index.read(i)                          # {"mp4": b"...", "json": b"..."}
 
-Opening checks the format version and each local shard's fingerprint (size plus three 1 MiB
-blocks), so an index whose shards were rewritten raises `StaleIndexError` instead of handing the
-planner wrong lengths. The object pickles as its path, so DataLoader workers reopen it cheaply.
+Opening checks the format version, cross-checks the arrays against the header and each other
+(`index_format.load_arrays`: a truncated or inconsistent file raises `IndexMismatchError` naming
+it) and each local shard's fingerprint (size plus three 1 MiB blocks), so an index whose shards
+were rewritten raises `StaleIndexError` instead of handing the planner wrong lengths. The
+object pickles as its path, so DataLoader workers reopen it cheaply.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 from ..errors import IndexMismatchError, StaleIndexError
 from .errors import SkippedSample
-from .index_format import FORMAT_VERSION, HEADER_NAME, SAMPLE_ARRAYS, IndexHeader
+from .index_format import FORMAT_VERSION, HEADER_NAME, IndexHeader, load_arrays
 from .remote import is_remote
 from .scan import MODALITIES
 from .shards import is_seekable, shard_fingerprint
@@ -65,7 +67,8 @@ class LengthIndex:
         expect_rule: str | dict[str, Any] | None = None,
         expect_tokenizer: str | None = None,
     ) -> LengthIndex:
-        """Open memory-mapped; `verify` re-fingerprints shards; `expect_rule` is a rule name or
+        """Open memory-mapped; `verify` re-fingerprints shards and checks every array's values
+        (without it only files, dtypes and row counts are checked); `expect_rule` is a rule name or
         a full `rule.settings()` dict and `expect_tokenizer` a counter spec ("bytes:4",
         "hf:PATH") that must match what the index was built with."""
         path = Path(path)
@@ -87,10 +90,13 @@ class LengthIndex:
                 f"{path}: index format {version}, this fcp reads "
                 f"{FORMAT_VERSION}; rebuild it with `fcp index`"
             )
-        header = msgspec.convert(raw, IndexHeader)
-        names = ["keys", "member_ext", "member_offset", "member_size", *SAMPLE_ARRAYS]
-        arrays = {n: np.load(path / f"{n}.npy", mmap_mode="r") for n in names}
-        index = cls(path, header, arrays)
+        try:
+            header = msgspec.convert(raw, IndexHeader)
+        except msgspec.ValidationError as exc:
+            raise IndexMismatchError(
+                f"{head} does not describe an index ({exc}); rebuild the index with `fcp index`"
+            ) from exc
+        index = cls(path, header, load_arrays(path, header, full=verify))
         if expect_rule is not None:
             index.check_rule(expect_rule)
         if expect_tokenizer is not None and expect_tokenizer != header.tokenizer:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..readers.sample_source import SampleSource
 
 from .chat import chat_flags, chat_pieces, is_chat
 from .encode import encode_media, media_loss_tokens
@@ -46,7 +49,14 @@ class VisionEncoderMixin:
         return family_spec(self.rule.name, getattr(self.rule.config, "patch_size", 14))
 
     def _encode_real(
-        self, source: Any, pos: int, sample: Any, vt: Any, modality: int, eod: int, media: bytes
+        self,
+        source: SampleSource,
+        pos: int,
+        sample: Any,
+        vt: Any,
+        modality: int,
+        eod: int,
+        media: bytes,
     ) -> dict[str, Any]:
         """The vision path: EncodedSample fields (real ids, targets, layout, M-RoPE ids)."""
         assert self.vision is not None and self.token_ids is not None
@@ -95,9 +105,9 @@ class VisionEncoderMixin:
             )
         return turns
 
-    def loss_tokens(self, source: Any, pos: int, seqlen: int) -> int:
+    def loss_tokens(self, source: SampleSource, pos: int, seqlen: int) -> int:
         """Loss tokens of sample `pos` (planned length `seqlen`) known without reading it."""
-        modality = int(source.modality[pos]) if hasattr(source, "modality") else TEXT
+        modality = int(source.modality[pos])
         if self.vision is None or modality == TEXT or self.rule is None:
             return seqlen - 1
         if modality == VIDEO:

@@ -92,6 +92,7 @@ def _train(
 
     from .. import cp_context
     from ..grads import all_reduce_gradients
+    from ..megatron import packed_seq_params
 
     model = build_model(cfg.seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -108,7 +109,7 @@ def _train(
                     mb.position_ids[None],
                     None,
                     labels=mb.labels[None],
-                    packed_seq_params=mb.packed_seq_params(),
+                    packed_seq_params=packed_seq_params(mb),
                 )
                 loss = (out[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
                 loss.backward()

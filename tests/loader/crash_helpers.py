@@ -1,14 +1,19 @@
-"""Encoders that fail on purpose (module-level so DataLoader workers can unpickle them)."""
+"""Encoders, sources and planners that fail on purpose (module-level: workers unpickle them)."""
 
 from __future__ import annotations
 
 import os
+import signal
+import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from loader_helpers import TarIndex, simple_planner
+from torch.utils.data import get_worker_info
 
-__all__ = ["ExitOn", "RaiseOn"]
+__all__ = ["ExitOn", "FifoIndex", "HangOn", "HangingPlanner", "KillOn", "RaiseOn"]
 
 
 class RaiseOn:
@@ -31,3 +36,56 @@ class ExitOn(RaiseOn):
         if sample["txt"].startswith(self.marker):
             os._exit(3)
         return super().__call__(sample)
+
+
+class KillOn(RaiseOn):
+    """The worker SIGKILLs itself on the marked sample (what the OOM killer does to it)."""
+
+    def __call__(self, sample: Mapping[str, Any]) -> np.ndarray:
+        if sample["txt"].startswith(self.marker) and get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__call__(sample)
+
+
+class HangOn(RaiseOn):
+    """On the marked sample: write this process's pid to `pid_file`, then hang (a stuck decoder)."""
+
+    def __init__(self, marker: bytes, pid_file: str, hang_s: float = 60.0) -> None:
+        super().__init__(marker)
+        self.pid_file, self.hang_s = pid_file, hang_s
+
+    def __call__(self, sample: Mapping[str, Any]) -> np.ndarray:
+        if sample["txt"].startswith(self.marker):
+            tmp = self.pid_file + ".tmp"
+            Path(tmp).write_text(str(os.getpid()))
+            os.replace(tmp, self.pid_file)
+            time.sleep(self.hang_s)
+        return super().__call__(sample)
+
+
+class FifoIndex(TarIndex):
+    """A TarIndex whose sample `victim` lives behind a named pipe nobody writes: reading it
+    blocks in open(2), as a read from a dead network mount does."""
+
+    def __init__(self, urls: list[str], tokenizer: Any, *, victim: int, fifo: str) -> None:
+        super().__init__(urls, tokenizer)
+        self.victim, self.fifo = victim, fifo
+
+    def read(self, i: int) -> dict[str, bytes]:
+        if i == self.victim:
+            with open(self.fifo, "rb") as f:  # blocks until a writer appears
+                return {"txt": f.read()}
+        return super().read(i)
+
+
+class HangingPlanner:
+    """simple_planner, but inside a DataLoader worker it stalls `hang_s` on the batch of `total`
+    tokens (a stuck or very slow planner)."""
+
+    def __init__(self, total: int, hang_s: float = 60.0) -> None:
+        self.total, self.hang_s = total, hang_s
+
+    def __call__(self, seqlens: np.ndarray, cluster: Any, cost: Any, **kw: Any) -> Any:
+        if get_worker_info() is not None and int(np.asarray(seqlens).sum()) == self.total:
+            time.sleep(self.hang_s)
+        return simple_planner(seqlens, cluster, cost, **kw)

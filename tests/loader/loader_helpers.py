@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 
 from fcp_data.planner import Cluster, CPGroup, Plan, Wave, padded_length
+from fcp_data.readers.errors import SkippedSample
+from fcp_data.readers.scan import ScanConfig
+from fcp_data.readers.scanned import ScanHeader
 
 __all__ = [
     "NUM_SAMPLES",
@@ -91,7 +94,7 @@ def write_text_shards(
 
 
 class TarIndex:
-    """A minimal length index over text shards: keys, seqlens, causal, read(i) by tar offset."""
+    """A minimal length index over text shards (a `SampleSource`): read(i) by tar offset."""
 
     def __init__(
         self,
@@ -99,9 +102,15 @@ class TarIndex:
         tokenizer: ByteTokenizer,
         *,
         full_every: int = 5,
-        header: dict[str, Any] | None = None,
+        rule: dict[str, Any] | None = None,
+        tokenizer_spec: str | None = None,
     ) -> None:
-        self.header = header or {"tokenizer": tokenizer.spec}
+        self.header = ScanHeader(
+            tokenizer=tokenizer.spec if tokenizer_spec is None else tokenizer_spec,
+            rule=rule or {},
+            scan=ScanConfig(),
+        )
+        self.skipped: list[SkippedSample] = []
         keys, lens, where = [], [], []
         for url in urls:
             with tarfile.open(url) as tf:
@@ -113,6 +122,12 @@ class TarIndex:
         self.keys = np.array(keys)
         self.seqlens = np.array(lens, dtype=np.int64)
         self.causal = np.array([i % full_every != full_every - 1 for i in range(len(keys))])
+        # text only: every token is text, no media, no template tokens
+        self.text_tokens = self.seqlens.copy()
+        zeros = np.zeros(len(keys), dtype=np.int64)
+        self.modality = self.vision_tokens = self.special_tokens = zeros
+        self.num_frames = self.width = self.height = zeros
+        self.fps = np.zeros(len(keys))
         self.where = where
         self.reads: list[int] | None = None
 

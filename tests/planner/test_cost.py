@@ -48,7 +48,7 @@ def test_full_attention_doubles_attention_and_speed_scales_compute_only():
 
 
 def test_padded_length_and_min_degree_count_zigzag_padding():
-    assert padded_length(21, 1) == 21
+    assert padded_length(21, 1) == 22  # even at d = 1: the collator's padded THD offsets
     assert padded_length(21, 2) == 24
     assert padded_length(21, 3) == 24
     c = simple_cost()
@@ -56,7 +56,8 @@ def test_padded_length_and_min_degree_count_zigzag_padding():
     assert c.min_degree([19], cl) == 2  # 20 padded / 2 = 10
     assert c.min_degree([20], cl) == 2
     assert c.min_degree([21], cl) == 3  # 24 / 2 = 12 > 10, 24 / 3 = 8
-    assert c.min_degree([5, 5], cl) == 1
+    assert c.min_degree([4, 6], cl) == 1
+    assert c.min_degree([5, 5], cl) == 2  # 6 + 6 at d = 1 (what the collator allocates) > 10
     with pytest.raises(ValueError, match="do not fit on all 8 replicas"):
         c.min_degree([81], cl)
 

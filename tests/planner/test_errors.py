@@ -51,8 +51,9 @@ def test_too_long_raises_or_is_dropped_and_counted(cl, qwen8b):
     assert plan.dropped == (1, 3)
     assert sorted(plan.sequence_ids()) == [0, 2]
     check_plan(plan, lens, cl, qwen8b)
-    with pytest.raises(ValueError, match="all 1 sequences are too long"):
-        plan_global_batch([5000], cl, qwen8b, on_too_long="drop")
+    empty = plan_global_batch([5000, 4500], cl, qwen8b, on_too_long="drop")
+    assert empty.dropped == (0, 1) and empty.num_waves == 1 and not empty.groups
+    assert all(empty.for_replica(r, 0).is_empty for r in range(4))  # every replica sits it out
     with pytest.raises(ValueError, match="on_too_long='truncate' is not one of"):
         plan_global_batch(lens, cl, qwen8b, on_too_long="truncate")
 

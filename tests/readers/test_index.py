@@ -235,3 +235,68 @@ def test_empty_index_and_corrupt_header(tmp_path: Path) -> None:
     (tmp_path / "idx" / "header.json").write_text("{oops")
     with pytest.raises(StaleIndexError, match="not valid JSON"):
         LengthIndex.open(tmp_path / "idx")
+
+
+def _corrupt(tmp_path: Path, shard: Path, name: str, edit) -> Path:
+    """A real index over one real shard whose array `name` is rewritten by `edit`."""
+    idx = tmp_path / "idx"
+    build_index(str(shard), idx)
+    path = idx / f"{name}.npy"
+    out = edit(np.load(path))
+    if out is not None:
+        np.save(path, out)
+    return idx
+
+
+def _neg(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
+    a[3] = -5
+    return a
+
+
+def _past_shard(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
+    a[-1] += 10**6
+    return a
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "message"),
+    [
+        ("seqlens", lambda a: a[:-1], r"seqlens\.npy has 15 rows but the header says 16 samples"),
+        (
+            "seqlens",
+            lambda a: a.astype(np.int32),
+            r"seqlens\.npy holds int32 .* expected a 1-D int64",
+        ),
+        ("text_tokens", _neg, r"text_tokens\.npy: 1 row\(s\) are negative \(first: row 3, key"),
+        ("seqlens", lambda a: a + 1, r"seqlens\.npy: 16 row\(s\) differ from text \+ vision"),
+        ("shard", lambda a: a + 7, r"shard\.npy: 16 row\(s\) name no shard of the 1 listed"),
+        ("member_offset", _past_shard, r"member_offset\.npy: 1 member\(s\) end past their shard"),
+        ("member_size", lambda a: a[:-2], r"member_size\.npy has 14 rows but the samples address"),
+        ("member_start", lambda a: a[::-1].copy(), r"member_start\.npy: .* do not tile"),
+    ],
+)
+def test_inconsistent_arrays_name_the_file(
+    shard_paths: list[Path], tmp_path: Path, name: str, edit, message: str
+) -> None:
+    from fcp_data.errors import IndexMismatchError
+
+    idx = _corrupt(tmp_path, shard_paths[0], name, edit)
+    with pytest.raises(IndexMismatchError, match=message) as info:
+        LengthIndex.open(idx)
+    assert "rebuild the index" in str(info.value)
+
+
+def test_truncated_or_missing_array_names_its_file(shard_paths: list[Path], tmp_path: Path) -> None:
+    from fcp_data.errors import IndexMismatchError
+
+    idx = _corrupt(tmp_path, shard_paths[0], "seqlens", lambda a: None)
+    f = idx / "seqlens.npy"
+    f.write_bytes(f.read_bytes()[:-40])  # cut mid-array, as a full disk or a killed copy does
+    for verify in (True, False):  # workers reopen without verify: still caught, still named
+        with pytest.raises(IndexMismatchError, match=r"seqlens\.npy is truncated or corrupt"):
+            LengthIndex.open(idx, verify=verify)
+    f.unlink()
+    with pytest.raises(IndexMismatchError, match=r"seqlens\.npy is missing from the index"):
+        LengthIndex.open(idx)

@@ -24,7 +24,7 @@ from .core import (
     critical_path,
     dp_degrees,
     group_time,
-    pack_local,
+    shard_tokens,
 )
 from .lane_targets import lanes_for_target, smallest_lane_target
 from .lanes import deal_lpt, pack_lanes, refine_moves, unit_lane_time
@@ -45,8 +45,8 @@ __all__ = [
     "lanes_for_target",
     "list_schedule",
     "pack_lanes",
-    "pack_local",
     "refine_moves",
+    "shard_tokens",
     "smallest_lane_target",
     "unit_lane_time",
 ]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ... import layout
+
 __all__ = [
     "BETA1",
     "BETA2",
@@ -16,7 +18,7 @@ __all__ = [
     "critical_path",
     "dp_degrees",
     "group_time",
-    "pack_local",
+    "shard_tokens",
 ]
 
 INF = 1e300
@@ -50,12 +52,8 @@ def group_time(
     return lin / d / speed + max(attention, ring) + cost_params[BETA1] / speed
 
 
-@nb.njit(cache=True)
-def pack_local(s: int, d: int) -> int:
-    """Tokens of a length-s sequence held by one member of a degree-d group (zigzag padding)."""
-    if d <= 1:
-        return s
-    return ((s + 2 * d - 1) // (2 * d)) * 2
+# Tokens of a length-s sequence held by one member of a degree-d group (the layout contract).
+shard_tokens = nb.njit(cache=True)(layout.shard_tokens)
 
 
 @nb.njit(cache=True)
@@ -80,17 +78,17 @@ def bfd_pack(
         best = -1
         best_rem = cap + 1
         for b in range(nbins):
-            rem = cap - bin_used[b] - pack_local(s, bin_d[b])
+            rem = cap - bin_used[b] - shard_tokens(s, bin_d[b])
             if rem >= 0 and rem < best_rem:
                 best = b
                 best_rem = rem
         if best >= 0:
-            bin_used[best] += pack_local(s, bin_d[best])
+            bin_used[best] += shard_tokens(s, bin_d[best])
             bin_of[i] = best
         else:
             d = fixed_degree if fixed_degree > 0 else dmin_single[i]
             bin_d[nbins] = d
-            bin_used[nbins] = pack_local(s, d)
+            bin_used[nbins] = shard_tokens(s, d)
             bin_of[i] = nbins
             nbins += 1
     return bin_of, bin_d[:nbins].copy(), nbins

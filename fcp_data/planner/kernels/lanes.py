@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .core import BETA1, INF, group_time, pack_local
+from .core import BETA1, INF, group_time, shard_tokens
 
 __all__ = ["deal_lpt", "pack_lanes", "refine_moves", "unit_lane_time"]
 
@@ -256,7 +256,7 @@ def pack_lanes(
         first = nmb
         for j in range(count[ln], count[ln + 1]):
             u = bucket[j]
-            s = pack_local(lens[u], d)
+            s = shard_tokens(lens[u], d)
             best = -1
             best_rem = cap + 1
             for b in range(first, nmb):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .core import INF, group_time, pack_local
+from .core import INF, group_time, shard_tokens
 
 __all__ = ["compact_windows", "list_schedule"]
 
@@ -138,7 +138,7 @@ def compact_windows(
         u = order[t]
         s = w_start[u]
         d = w_deg[u]
-        loc = pack_local(lens[u], d)
+        loc = shard_tokens(lens[u], d)
         g = last[s]
         ok = g >= 0 and g_start[g] == s and g_deg[g] == d and g_used[g] + loc <= cap
         if ok:

@@ -39,7 +39,7 @@ def test_replica_outside_range(index, cost, replica: int) -> None:
 
 
 def test_index_built_with_another_tokenizer(shards, cost) -> None:
-    idx = TarIndex(shards[0], ByteTokenizer(), header={"tokenizer": "bytes:4"})
+    idx = TarIndex(shards[0], ByteTokenizer(), tokenizer_spec="bytes:4")
     with pytest.raises(ValueError, match="built with tokenizer 'bytes:4' but the loader has"):
         loader(idx, cost, tokenizer=ByteTokenizer())
 
@@ -48,7 +48,7 @@ def test_index_built_with_another_vision_rule(shards, cost) -> None:
     idx = TarIndex(
         shards[0],
         ByteTokenizer(),
-        header={"tokenizer": ByteTokenizer.spec, "rule": {"name": "qwen2-vl"}},
+        rule={"name": "qwen2-vl"},
     )
     with pytest.raises(ValueError, match="vision rule 'qwen2-vl' but the loader has 'qwen3-vl'"):
         loader(idx, cost, tokenizer=ByteTokenizer(), vision_rule="qwen3-vl")

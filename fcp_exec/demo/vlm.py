@@ -1,0 +1,261 @@
+"""`python -m fcp_exec.demo.vlm`: a tiny Qwen2.5-VL-architecture model trained through fcp.
+
+    python -m fcp_exec.demo.vlm --replicas 4 --steps 3          # launches 4 local processes
+    torchrun --nproc-per-node 4 -m fcp_exec.demo.vlm --out out/vlm   # after a first prepare run
+
+What `fcp demo` runs after the megatron job, and what examples/train_vlm.py shows. Data: the
+demo's stdlib text and mp4 shards, indexed under the qwen2.5-vl rule with a byte-level BPE
+tokenizer trained here (vocab 400 + Qwen's vision special tokens). Model: transformers'
+`Qwen2_5_VLForConditionalGeneration`, randomly initialised (2 decoder layers, a 2-block ViT:
+one window block, one full block), its decoder running fcp ring attention ("fcp_ring"). Per
+micro-batch each replica encodes only the tubelets whose tokens it holds
+(`fcp_exec.vision.encode_and_scatter`) and no collective moves vision embeddings; gradients are
+summed over replicas. Per step rank 0 prints the plan, the tubelets each replica encoded beside
+what encoding every held video whole on every member would cost, and the planner's predicted
+time (language model, cpu-small profile) beside the measured forward + backward time.
+gloo on CPU; NCCL with --device cuda (one GPU per process by LOCAL_RANK; not run here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "make_tokenizer", "prepare", "tiny_qwen25_vl"]
+
+SPECIALS = ["<|endoftext|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>", "<|image_pad|>"]
+
+
+def make_tokenizer() -> Any:
+    """A byte-level BPE (vocab 400, trained on stdlib text) plus Qwen's vision special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from fcp_data.readers.synth import stdlib_sources
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = [p.read_text(errors="replace")[:4000] for p in stdlib_sources()[:40]]
+    corpus += ["a 96x64 clip of 40 frames of moving gradients, number 3"] * 10
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    return tok
+
+
+def prepare(
+    out: Path, *, text: int, video: int, seed: int, shards: list[str] | None = None
+) -> tuple[Path, Path]:
+    """Shards (the demo's, or `shards`), tok.json and the qwen2.5-vl length index under `out`."""
+    from fcp_data.readers import build_index, make_shards
+    from fcp_data.readers.scan import ScanConfig
+
+    index, tok_path = out / "index", out / "tok.json"
+    if index.exists() and tok_path.exists():
+        return index, tok_path
+    if shards is None:
+        paths = make_shards(out / "shards", text=text, video=video, seed=seed)
+        shards = [str(p) for p in paths]
+    tok = make_tokenizer()
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(tok_path))
+    cfg = ScanConfig(vision_rule="qwen2.5-vl", on_error="raise")
+    build_index(shards, index, config=cfg, counter=tok)
+    return index, tok_path
+
+
+def tiny_qwen25_vl(tok: Any, seed: int) -> Any:
+    """Qwen2.5-VL architecture at toy size (fp32), decoder on fcp ring attention."""
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from ..hf import register_attention
+
+    torch.manual_seed(seed)
+    ids = {n: tok.token_to_id(n) for n in SPECIALS}
+    cfg = Qwen2_5_VLConfig(
+        text_config=dict(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=512, max_position_embeddings=32768,
+            rope_scaling={"type": "mrope", "mrope_section": [4, 2, 2]}, bos_token_id=0,
+            eos_token_id=0,
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+            tokens_per_second=2, window_size=56, fullatt_block_indexes=[1],
+        ),
+        vision_start_token_id=ids["<|vision_start|>"], video_token_id=ids["<|video_pad|>"],
+        image_token_id=ids["<|image_pad|>"], bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    model = Qwen2_5_VLForConditionalGeneration(cfg).float()
+    model.set_attn_implementation({"text_config": register_attention()})
+    return model
+
+
+def _step_line(step: int, loss: float, m: Any, rows: Any, measured: float) -> str:
+    degrees = sorted(m.degrees, reverse=True)
+    mix = " ".join(f"<{d}>x{degrees.count(d)}" for d in sorted(set(degrees), reverse=True))
+    enc = " ".join(f"r{r}:{int(a)}/{int(b)}" for r, (a, b) in enumerate(rows.tolist()))
+    return (
+        f"step {step}: loss {loss:.4f} | {m.num_waves} wave(s) {mix} | tubelets encoded / "
+        f"whole videos per replica {enc} | predicted {m.predicted_time:.3f} s, measured "
+        f"{measured:.3f} s"
+    )
+
+
+def train(args: argparse.Namespace) -> None:
+    """One replica (RANK / WORLD_SIZE from the environment)."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from tokenizers import Tokenizer
+
+    from fcp_data.loader import FCPDataLoader, LoaderOptions
+    from fcp_data.planner import Cluster, CostModel, VisionWork
+    from fcp_data.profiling import resolve_cost
+    from fcp_data.readers import LengthIndex
+    from fcp_data.vision import VisionOptions
+
+    from .. import CPGroupCache, ReplicaRanks, all_reduce_gradients, cp_context
+    from ..hf import hf_attention_kwargs, hf_position_ids
+    from ..vision import encode_and_scatter
+    from .parts import CappedSource
+
+    cuda = args.device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=300))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    else:
+        torch.set_num_threads(1)
+    tok = Tokenizer.from_file(str(Path(args.out) / "tok.json"))
+    index = LengthIndex.open(Path(args.out) / "index")
+    # a sample longer than the whole cluster holds cannot be planned: leave it out
+    src = CappedSource(index, min(args.max_tokens, world * args.tokens_per_replica))
+    units = VisionWork.from_index(src).units  # whole-video tubelets per (kept) sample
+    model = tiny_qwen25_vl(tok, args.seed).to(dev)
+    lm, visual = model.model.language_model, model.model.visual
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    loader = FCPDataLoader(
+        src, replica=rank, global_batch_size=args.global_batch, seed=args.seed, num_workers=0,
+        cluster=Cluster(world, tokens_per_replica=args.tokens_per_replica),
+        cost=CostModel.load(resolve_cost("cpu-small")), tokenizer=tok,
+        options=LoaderOptions(vision=VisionOptions(tokens_per_second=2)),
+    )  # fmt: skip
+    cache = CPGroupCache(ReplicaRanks(world_size=world), capacity=64)
+    step, busy, loss_sum = 0, 0.0, torch.zeros((), device=dev)
+    enc = torch.zeros(2, dtype=torch.int64, device=dev)  # (tubelets encoded, whole videos)
+    for mb in loader:
+        with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
+            if not mb.is_empty:
+                mb = mb.to(dev)
+                t0 = time.perf_counter()
+                embeds = encode_and_scatter(visual, mb, lm.embed_tokens(mb.tokens), group=cp.group)
+                hidden = lm(inputs_embeds=embeds[None], position_ids=hf_position_ids(mb),
+                            **hf_attention_kwargs(mb, cp)).last_hidden_state  # fmt: skip
+                logits = model.lm_head(hidden)[0]
+                ce = torch.nn.functional.cross_entropy(
+                    logits, mb.labels.clamp(min=0), reduction="none"
+                )
+                loss = (ce * mb.loss_mask).sum() / mb.global_num_loss_tokens
+                loss.backward()
+                busy += time.perf_counter() - t0
+                loss_sum += loss.detach()
+                whole = int(np.sum(units[list(mb.sample_ids)]))
+                enc += torch.tensor([mb.vision_units, whole], device=dev)
+        if not mb.is_last_wave:
+            continue
+        all_reduce_gradients(model)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        dist.all_reduce(loss_sum)
+        t = torch.tensor([busy], device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        rows = [torch.zeros_like(enc) for _ in range(world)]
+        dist.all_gather(rows, enc)
+        if rank == 0:
+            m = loader.metrics
+            print(_step_line(step, float(loss_sum), m, torch.stack(rows).cpu(), float(t)),
+                  flush=True)  # fmt: skip
+        busy, loss_sum = 0.0, torch.zeros((), device=dev)
+        enc.zero_()
+        if step == args.steps:
+            break
+    cache.clear()
+    dist.destroy_process_group()
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m fcp_exec.demo.vlm", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--replicas", type=int, default=4, help="local processes (without torchrun)")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--global-batch", type=int, default=8)
+    p.add_argument("--tokens-per-replica", type=int, default=1024)
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=4096,
+        help="longer samples are left out (at most replicas x tokens per replica)",
+    )
+    p.add_argument("--text", type=int, default=24, help="text samples in the sample shards")
+    p.add_argument("--video", type=int, default=8, help="mp4 clips in the sample shards")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="out/vlm", help="shards, tokenizer and index go here")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--timeout", type=float, default=600.0, help="launcher deadline (seconds)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        train(args)
+        return 0
+    import subprocess
+
+    from ..launch import free_port
+
+    prepare(Path(args.out), text=args.text, video=args.video, seed=args.seed)
+    port, procs = free_port(), []
+    for r in range(args.replicas):
+        env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "OMP_NUM_THREADS": "1",
+               "WORLD_SIZE": str(args.replicas), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore"}  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "fcp_exec.demo.vlm",
+            *(argv if argv is not None else sys.argv[1:]),
+        ]
+        out = None if r == 0 else subprocess.DEVNULL
+        procs.append(subprocess.Popen(cmd, env=env, stdout=out))
+    deadline, codes = time.monotonic() + args.timeout, []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            codes.append(-9)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    if any(codes):
+        print(f"vlm training processes exited with codes {codes}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Encode what you hold: run the vision tower on this replica's tubelets and scatter the result.
+
+A micro-batch's vision payload (docs/vision-payload.md) holds the pixel rows of exactly the
+encoder units (Qwen tubelets) whose pad tokens sit in this replica's zigzag chunks, one
+`grid_thw` row per run of consecutive units, and `vision_scatter`: merged encoder row i goes to
+local token position `vision_scatter[i]`, or is dropped (-1). So a replica of a degree-d group
+encodes about 1/d of each video plus at most 2 edge tubelets per sequence, and no collective
+moves embeddings: a unit cut by a chunk edge is encoded whole by each owner and each keeps only
+its own tokens, so every token is written once and the encoder's weight gradients are exact
+after the normal all-replica gradient sum (`fcp_exec.grads`).
+
+Bad input (pixel rows that do not match the grid, a scatter map whose length differs from the
+encoder output, a tower returning the wrong hidden size) raises `ExecError` naming the sample
+key. A member that finds it cannot stop alone: its peers would wait in ring attention, so with
+`group` given (the CP group `cp_context` bound, d > 1) the members first agree on success with
+one all-gather of one int64 over that group and all raise, naming the failing member's key.
+A replica with no vision tokens calls no tower and, at d = 1, no collective at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from fcp_data.errors import ExecError
+
+__all__ = ["VisionScatterError", "encode_and_scatter", "merged_rows", "run_keys"]
+
+MERGE_UNIT = 4  # Qwen's 2x2 spatial merge: 4 patch rows per LLM token
+
+
+class VisionScatterError(ExecError):
+    """The payload, the tower output or the embeddings disagree; raised on every group member."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Check:
+    ok: bool
+    message: str = ""
+
+
+def merged_rows(grid_thw: torch.Tensor, merge_unit: int = MERGE_UNIT) -> torch.Tensor:
+    """Merged encoder rows per run: t * h * w / merge_unit (what the tower returns per item)."""
+    g = grid_thw.to(torch.int64)
+    return g[:, 0] * g[:, 1] * g[:, 2] // merge_unit
+
+
+def run_keys(mb: Any) -> list[str]:
+    """The sample key of every run of `mb` (for error messages)."""
+    runs = mb.vision_runs
+    if runs is None or runs.numel() == 0:
+        return []
+    return [str(mb.keys[int(s)]) if int(s) < len(mb.keys) else f"#{int(s)}" for s in runs[:, 0]]
+
+
+def _keys_text(keys: list[str]) -> str:
+    uniq = list(dict.fromkeys(keys))
+    return ", ".join(uniq[:4]) + (", ..." if len(uniq) > 4 else "") if uniq else "-"
+
+
+def _check_payload(mb: Any, merge_unit: int) -> _Check:
+    px, grid, scatter = mb.pixel_values, mb.grid_thw, mb.vision_scatter
+    if grid is None or px is None or scatter is None:
+        return _Check(False, "the micro-batch has no vision payload (LoaderOptions(vision=...))")
+    keys = run_keys(mb)
+    patches = grid.to(torch.int64).prod(dim=1)
+    want_rows = int(patches.sum())
+    if px.shape[0] != want_rows:
+        # name the run where the cumulative rows first exceed what pixel_values holds
+        cum = patches.cumsum(0)
+        bad = int((cum > px.shape[0]).nonzero()[0]) if (cum > px.shape[0]).any() else -1
+        key = keys[bad] if 0 <= bad < len(keys) else _keys_text(keys)
+        return _Check(
+            False,
+            f"sample {key}: pixel_values has {px.shape[0]} rows but grid_thw "
+            f"{grid.tolist()} needs sum(t*h*w) = {want_rows}; the payload was built for another "
+            "grid (rebuild the micro-batch with the loader's vision path)",
+        )
+    merged = merged_rows(grid, merge_unit)
+    if scatter.numel() != int(merged.sum()):
+        return _Check(
+            False,
+            f"sample {_keys_text(keys)}: vision_scatter has {scatter.numel()} entries but grid_thw "
+            f"gives sum(t*h*w/{merge_unit}) = {int(merged.sum())} merged rows; the scatter map "
+            "and the grid must come from the same payload",
+        )
+    kept = scatter[scatter >= 0]
+    if kept.numel() and (int(kept.max()) >= mb.tokens.numel()):
+        return _Check(
+            False,
+            f"sample {_keys_text(keys)}: vision_scatter points at local position "
+            f"{int(kept.max())} but this replica holds {mb.tokens.numel()} tokens",
+        )
+    return _Check(True)
+
+
+def _check_output(mb: Any, out: torch.Tensor, hidden: int, merge_unit: int) -> _Check:
+    keys = run_keys(mb)
+    m = mb.vision_scatter.numel()
+    if out.dim() != 2 or out.shape[0] != m:
+        return _Check(
+            False,
+            f"sample {_keys_text(keys)}: the vision tower returned shape {tuple(out.shape)} "
+            f"for grid_thw {mb.grid_thw.tolist()}; the scatter map needs [{m}, {hidden}] "
+            f"(sum(t*h*w/{merge_unit}) merged rows). Pass a tower that returns the merged "
+            "embeddings (e.g. Qwen2.5-VL's model.visual)",
+        )
+    if out.shape[1] != hidden:
+        return _Check(
+            False,
+            f"sample {_keys_text(keys)}: the vision tower returned hidden size {out.shape[1]} "
+            f"but the decoder's embeddings have {hidden}; the merger's out_hidden_size must "
+            "equal the language model's hidden_size",
+        )
+    return _Check(True)
+
+
+def _agree(check: _Check, group: dist.ProcessGroup | None) -> None:
+    """Raise on every member of `group` if any member's check failed (one int64 all-gather)."""
+    if group is None or not dist.is_initialized() or dist.get_world_size(group) <= 1:
+        if not check.ok:
+            raise VisionScatterError(check.message)
+        return
+    from fcp_exec.verify import _device  # the backend's tensor device (gloo: CPU)
+
+    size = dist.get_world_size(group)
+    flag = torch.tensor([0 if check.ok else 1], dtype=torch.int64, device=_device(group))
+    flags = [torch.empty_like(flag) for _ in range(size)]
+    dist.all_gather(flags, flag, group=group)
+    failed = [i for i, f in enumerate(flags) if int(f)]
+    if not failed:
+        return
+    # every member now knows someone failed: gather the messages (an object all-gather, rare)
+    messages: list[Any] = [None] * size
+    dist.all_gather_object(messages, check.message, group=group)
+    ranks = dist.get_process_group_ranks(group)
+    detail = "; ".join(f"rank {ranks[i]}: {messages[i]}" for i in failed)
+    raise VisionScatterError(f"vision payload check failed on the CP group {ranks}: {detail}")
+
+
+def _pooled(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    pooled = getattr(out, "pooler_output", None)  # transformers 5.x Qwen2.5-VL visual
+    if isinstance(pooled, torch.Tensor):
+        return pooled
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    raise ExecError(
+        f"the vision tower returned {type(out).__name__}; it must return the merged embeddings "
+        "as a tensor [M, hidden] or an output with `pooler_output`"
+    )
+
+
+def encode_and_scatter(
+    tower: Callable[..., Any],
+    mb: Any,
+    embeds: torch.Tensor,
+    *,
+    group: dist.ProcessGroup | None = None,
+    merge_unit: int = MERGE_UNIT,
+) -> torch.Tensor:
+    """`embeds` with this replica's vision tokens replaced by the tower's output for them.
+
+    tower: called as `tower(pixel_values, grid_thw=grid_thw)`, returning merged embeddings
+    [M, hidden] (a tensor or an output with `pooler_output`); mb: the MicroBatch (pixel_values,
+    grid_thw, vision_scatter, keys); embeds: [T, hidden] or [1, T, hidden] text embeddings of
+    mb.tokens; group: the CP group (cp_context's binding.group) so a bad payload raises on
+    every member instead of hanging its peers; None at d = 1 or to skip the check.
+    Returns a new tensor (autograd flows to both embeds and the tower); not in place.
+    """
+    flat = embeds[0] if embeds.dim() == 3 else embeds
+    if flat.dim() != 2 or flat.shape[0] != mb.tokens.numel():
+        raise ExecError(
+            f"embeds has shape {tuple(embeds.shape)} but the micro-batch holds "
+            f"{mb.tokens.numel()} tokens; pass [T, hidden] or [1, T, hidden]"
+        )
+    check = _check_payload(mb, merge_unit)
+    has_vision = check.ok and mb.vision_scatter.numel() > 0
+    out: torch.Tensor | None = None
+    if has_vision:
+        px = mb.pixel_values.to(device=flat.device)
+        out = _pooled(tower(px, grid_thw=mb.grid_thw.to(flat.device)))
+        check = _check_output(mb, out, flat.shape[1], merge_unit)
+    _agree(check, group)
+    if out is None:
+        return embeds
+    scatter = mb.vision_scatter.to(flat.device)
+    keep = scatter >= 0
+    merged = flat.index_copy(0, scatter[keep], out[keep].to(flat.dtype))
+    return merged[None] if embeds.dim() == 3 else merged

@@ -1,0 +1,91 @@
+"""The prepared device suite's CPU dry run, end to end, so the GPU suite cannot rot unnoticed.
+
+The dry run spawns 4 real gloo processes (rings of d = 1..4), times the d = 1 kernel against
+SDPA, fits a cost profile and a vision encoder profile, and measures gloo P2P and overlap; the
+test checks the JSON schema, that every exactness number is within the fp32 / bf16 tolerances
+of the float64 reference, and that CUDA-only parts are skipped with a reason. ~15 s on an idle
+2-core box (most of it is 4 processes importing torch).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "bench" / "device_suite.py"
+PARTS = {"exactness", "p2p", "overlap", "kernel_d1", "cost_profile", "vision_profile"}
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp_path / "device.json"
+    proc = subprocess.run(
+        [sys.executable, str(SUITE), "--dry-run", "-o", str(out), *args],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert out.exists(), proc.stdout + proc.stderr
+    return proc, json.loads(out.read_text())
+
+
+def _check_exactness(part: dict) -> None:
+    assert part["status"] == "ok" and part["all_pass"] is True
+    cases = part["cases"]
+    assert {c["degree"] for c in cases} == {1, 2, 3, 4}
+    assert {c["dtype"] for c in cases} == {"float32", "bfloat16"}
+    assert {c["gqa"] for c in cases} == {True, False}
+    assert {c["transport"] for c in cases} == {"direct", "host-staged"}
+    for c in cases:
+        assert c["status"] == "ok", c
+        assert c["kv_heads"] < c["heads"] if c["gqa"] else c["kv_heads"] == c["heads"]
+        assert any(n % (2 * c["degree"]) for n in c["seqlens"]), "no padded sequence"
+        rels = [c[f"{f}_rel"] for f in ("out", "dq", "dk", "dv")]
+        assert c["pass"] == (max(rels) <= c["tol_rel"])
+        if c["dtype"] == "float32":  # the exec tests' own bounds, on absolute errors
+            assert c["out_abs"] <= 1e-5, c
+            assert max(c["dq_abs"], c["dk_abs"], c["dv_abs"]) <= 1e-4, c
+        else:
+            assert max(rels) <= 2.5e-2, c
+            assert max(rels) > 1e-5, "bf16 errors this small mean bf16 was not used"
+
+
+def test_dry_run_schema_and_exactness(tmp_path: Path) -> None:
+    proc, r = _run(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert r["schema"] == "fcp-device-suite/1" and r["dry_run"] is True
+    assert r["device"]["kind"] == "cpu" and r["device"]["torch"] == torch.__version__
+    assert set(r["parts"]) == PARTS
+    assert all(p["status"] == "ok" for p in r["parts"].values()), r["parts"]
+    _check_exactness(r["parts"]["exactness"])
+
+    k = r["parts"]["kernel_d1"]
+    assert k["fcp_kernel"] == "cpu-flash" and len(k["rows"]) == 2
+    for row in k["rows"]:
+        assert row["fcp_ms"] > 0 and row["sdpa_ms"] > 0
+        assert abs(row["fcp_over_sdpa"] - row["fcp_ms"] / row["sdpa_ms"]) < 1e-9
+    assert any("CUDA" in s["reason"] for s in k["skipped"] if s["what"] == "flash_attn")
+
+    prof = r["parts"]["cost_profile"]
+    assert set(prof["compute_fit"]["coef"]) == {"alpha1", "alpha2", "beta1"}
+    assert len(prof["compute_fit"]["rows"]) == 4 and prof["cost_model"]["alpha3"] > 0
+    vis = r["parts"]["vision_profile"]
+    assert len(vis["encoder_fit"]["rows"]) == 4 and vis["decode_fit"]["status"] == "ok"
+
+    p2p, ov = r["parts"]["p2p"], r["parts"]["overlap"]
+    assert len(p2p["rows"]) == 3 and p2p["latency_s"] >= 0 and p2p["backend"].startswith("gloo")
+    assert ov["ring_s"] > 0 and ov["compute_s"] > 0 and ov["comm_s"] > 0
+    assert 0.0 <= ov["hidden_share"] <= 1.0
+    reasons = {s["part"]: s["reason"] for s in r["skipped"]}
+    assert "flash-attn comparison" in reasons and all(reasons.values())
+    assert "exactness" in proc.stdout and "kernel_d1" in proc.stdout  # the printed table
+
+
+def test_time_budget_skips_instead_of_overrunning(tmp_path: Path) -> None:
+    proc, r = _run(tmp_path, "--time-budget-s", "0.5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(p["status"] == "skipped" for p in r["parts"].values()), r["parts"]
+    assert all("time budget" in p["reason"] for p in r["parts"].values())
+    assert {s["part"] for s in r["skipped"]} >= PARTS
