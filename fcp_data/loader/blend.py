@@ -76,8 +76,10 @@ class BlendSampler:
         g = self.global_batch_size
         quota = np.asarray(self.weights) * g
         base = np.floor(quota + 1e-9).astype(np.int64)  # 0.7 * 10 is 7, not 6.999...
+        while base.sum() > g:  # the 1e-9 nudge rounded one quota up too far
+            base[int(np.argmax(base - quota))] -= 1
         left = g - int(base.sum())
-        if left:
+        if left > 0:
             frac = np.clip(quota - base, 0.0, None)
             rng = np.random.default_rng([int(self.seed), int(epoch), int(index), 1])
             pick = rng.choice(len(base), size=left, replace=False, p=frac / frac.sum())
@@ -117,15 +119,24 @@ class BlendSampler:
         return out
 
     def order(self, epoch: int) -> np.ndarray:
-        """The epoch's batches back to back, in blend positions (offset[k] + position)."""
+        """The epoch's batches back to back, in blend positions (offset[k] + position).
+
+        Each source's draws for the whole epoch are taken at once (one permutation per pass
+        touched, not one per batch), then dealt to the batches in order.
+        """
         counts = self._epoch_counts(epoch)
-        cursor = self._cursor(epoch).copy()
+        cursor = self._cursor(epoch)
         offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
+        streams = [
+            offsets[k] + self._draw(k, int(cursor[k]), int(counts[:, k].sum()))
+            for k in range(len(self.sizes))
+        ]
+        at = np.zeros(len(self.sizes), dtype=np.int64)
         parts = []
         for row in counts:
             for k, n in enumerate(row):
-                parts.append(offsets[k] + self._draw(k, int(cursor[k]), int(n)))
-                cursor[k] += n
+                parts.append(streams[k][at[k] : at[k] + n])
+                at[k] += n
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def batch(self, epoch: int, index: int, order: np.ndarray | None = None) -> np.ndarray:
