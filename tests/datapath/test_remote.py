@@ -153,3 +153,12 @@ def test_s3_shards_index_and_load_like_local(s3, local_index, bpe_file, tmp_path
     with pytest.raises(StaleIndexError, match=urls[3]):
         fresh.read(int(np.flatnonzero(fresh.shard == 3)[0]))
     assert LoaderOptions(remote=FAST).remote is FAST
+
+
+def test_neighbouring_ranges_of_a_shard_become_one_request() -> None:
+    from fcp_data.readers.remote import merge_ranges
+
+    got = merge_ranges(
+        [("u2", 0, 10), ("u1", 500, 600), ("u1", 0, 100), ("u1", 100_000, 100_010)], gap=1000
+    )
+    assert got == [("u1", 0, 600), ("u1", 100_000, 100_010), ("u2", 0, 10)]
