@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fcp_data.profiling.p2p import pingpong as measure_pingpong
 from fcp_exec import ring_attention
 from fcp_exec.ring import RingComm
 
@@ -31,26 +32,8 @@ __all__ = ["measure_overlap", "pingpong"]
 
 
 def pingpong(rank: int, sizes: list[int], repeats: int, device: torch.device) -> list[list[float]]:
-    """[[nbytes, one-way seconds], ...] between ranks 0 and 1 (call on both)."""
-    rows = []
-    peer = 1 - rank
-    for n in sizes:
-        buf = torch.zeros(max(1, n // 4), dtype=torch.float32, device=device)
-        rtts = []
-        for i in range(repeats + 1):
-            t0 = time.perf_counter()
-            if rank == 0:
-                dist.send(buf, peer)
-                dist.recv(buf, peer)
-            else:
-                dist.recv(buf, peer)
-                dist.send(buf, peer)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if i:
-                rtts.append(time.perf_counter() - t0)
-        rows.append([float(buf.numel() * 4), statistics.median(rtts) / 2])
-    return rows
+    """[[nbytes, one-way seconds], ...] between ranks 0 and 1 (call on both): `fcp profile`'s."""
+    return [[float(n), t] for n, t in measure_pingpong(rank, sizes, repeats, device)]
 
 
 def _timed(fn: Callable[[], Any], repeats: int, device: torch.device, group: Any) -> float:

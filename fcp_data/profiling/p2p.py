@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import ConfigError, DataError
 from .spawn import run_group
 
-__all__ = ["P2PPoint", "measure_p2p"]
+__all__ = ["P2PPoint", "measure_p2p", "pingpong"]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -32,19 +32,16 @@ class P2PPoint:
     seconds: float
 
 
-def _pingpong(rank: int, world: int, port: int, out: Any, sizes: list[int], repeats: int,
-              backend: str) -> None:  # fmt: skip
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def pingpong(rank: int, sizes: Sequence[int], repeats: int, device: Any) -> list[tuple[int, float]]:
+    """(nbytes, one-way seconds) per size between ranks 0 and 1 of an initialised process group.
+
+    Call on both ranks; one warm-up round trip per size is not timed. Shared by `fcp profile`
+    and the device suite, so both measure the link the same way.
+    """
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2, timeout=datetime.timedelta(seconds=60))  # fmt: skip
     peer = 1 - rank
-    device = torch.device("cpu")
-    if backend == "nccl":  # one GPU per process (needs 2 GPUs); written, not run on hardware
-        device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)
     results = []
     for n in sizes:
         buf = torch.zeros(max(1, n // 4), dtype=torch.float32, device=device)
@@ -62,6 +59,22 @@ def _pingpong(rank: int, world: int, port: int, out: Any, sizes: list[int], repe
             if i:
                 rtts.append(time.perf_counter() - t0)
         results.append((buf.numel() * 4, statistics.median(rtts) / 2))
+    return results
+
+
+def _pingpong(rank: int, world: int, port: int, out: Any, sizes: list[int], repeats: int,
+              backend: str) -> None:  # fmt: skip
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, timeout=datetime.timedelta(seconds=60))  # fmt: skip
+    device = torch.device("cpu")
+    if backend == "nccl":  # one GPU per process (needs 2 GPUs); written, not run on hardware
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    results = pingpong(rank, sizes, repeats, device)
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
