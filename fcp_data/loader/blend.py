@@ -28,22 +28,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, IndexMismatchError
+from ..readers.sample_source import SAMPLE_COLUMNS
 from .source import open_source
 
 __all__ = ["Blend", "BlendSampler"]
-
-ARRAYS = (
-    "seqlens",
-    "causal",
-    "modality",
-    "text_tokens",
-    "vision_tokens",
-    "special_tokens",
-    "num_frames",
-    "fps",
-    "width",
-    "height",
-)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -203,7 +191,7 @@ class Blend:
         self.sizes = tuple(len(s.seqlens) for s in self.sources)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
         self.keys = np.concatenate([np.asarray(s.keys).astype(str) for s in self.sources])
-        for name in ARRAYS:
+        for name in SAMPLE_COLUMNS:
             cols = [np.asarray(getattr(s, name)) for s in self.sources]
             setattr(self, name, np.concatenate(cols))
         self.header = self.sources[0].header  # one tokenizer for all (checked above)

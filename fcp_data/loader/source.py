@@ -21,7 +21,7 @@ from ..readers.index_format import HEADER_NAME
 from ..readers.length_index import LengthIndex
 from ..readers.rules import get_rule
 from ..readers.rules_base import VisionTokenRule
-from ..readers.sample_source import SampleSource
+from ..readers.sample_source import SAMPLE_COLUMNS, SampleSource
 from ..readers.scan import ScanConfig
 from ..readers.scanned import ScannedSource
 from ..readers.text import TokenCounter, Tokenizer, as_counter
@@ -31,22 +31,7 @@ __all__ = ["check_source_matches", "open_source", "resolve_rule", "source_skippe
 # A vision rule as the loader takes it: a rule object or a registered rule's name.
 RuleArg = VisionTokenRule | str | None
 # The attributes of `SampleSource`, named in the error for an object that lacks some.
-_CONTRACT = (
-    "keys",
-    "seqlens",
-    "causal",
-    "modality",
-    "text_tokens",
-    "vision_tokens",
-    "special_tokens",
-    "num_frames",
-    "fps",
-    "width",
-    "height",
-    "header",
-    "skipped",
-    "read",
-)
+_CONTRACT = ("keys", *SAMPLE_COLUMNS, "header", "skipped", "read")
 
 
 def _is_index(path: str | os.PathLike[str]) -> bool:

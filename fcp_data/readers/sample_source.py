@@ -17,7 +17,21 @@ if TYPE_CHECKING:
     from .errors import SkippedSample
     from .scan import ScanConfig
 
-__all__ = ["SampleSource", "SourceHeader"]
+__all__ = ["SAMPLE_COLUMNS", "SampleSource", "SourceHeader"]
+
+# The per-sample arrays every source has (one row per sample), in the protocol's order.
+SAMPLE_COLUMNS = (
+    "seqlens",
+    "causal",
+    "modality",
+    "text_tokens",
+    "vision_tokens",
+    "special_tokens",
+    "num_frames",
+    "fps",
+    "width",
+    "height",
+)
 
 
 class SourceHeader(Protocol):
