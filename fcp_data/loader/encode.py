@@ -124,17 +124,8 @@ class SampleEncoder(VisionEncoderMixin):
             raise ValueError(f"modality code {modality} is not text (0), video (1) or image (2)")
         if self.rule is None:
             raise ConfigError("a media sample needs vision_rule= on the loader (the index's rule)")
-        if modality == VIDEO:
-            vt = self.rule.video(
-                num_frames=int(source.num_frames[pos]),
-                fps=float(source.fps[pos]),
-                height=int(source.height[pos]),
-                width=int(source.width[pos]),
-            )
-            exts = VIDEO_EXTS
-        else:
-            vt = self.rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
-            exts = IMAGE_EXTS
+        vt = self.media_tokens(source, pos, modality)
+        exts = VIDEO_EXTS if modality == VIDEO else IMAGE_EXTS
         ext = next((e for e in exts if e in sample), None)
         if ext is None:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")

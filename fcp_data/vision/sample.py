@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from ..readers.rules_base import VisionTokens
     from ..readers.sample_source import SampleSource
 
 from .chat import chat_flags, chat_pieces, is_chat
@@ -41,6 +42,17 @@ class VisionEncoderMixin:
 
     def _ids(self, text: str) -> np.ndarray:  # provided by the host class
         raise NotImplementedError
+
+    def media_tokens(self, source: SampleSource, pos: int, modality: int) -> VisionTokens:
+        """The rule's tokens of media sample `pos` from the index columns (no pixel read)."""
+        if modality == VIDEO:
+            return self.rule.video(
+                num_frames=int(source.num_frames[pos]),
+                fps=float(source.fps[pos]),
+                height=int(source.height[pos]),
+                width=int(source.width[pos]),
+            )
+        return self.rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
 
     def caption_ids(self, sample: Mapping[str, Any]) -> np.ndarray:  # provided by the host
         raise NotImplementedError
@@ -110,15 +122,7 @@ class VisionEncoderMixin:
         modality = int(source.modality[pos])
         if self.vision is None or modality == TEXT or self.rule is None:
             return seqlen - 1
-        if modality == VIDEO:
-            vt = self.rule.video(
-                num_frames=int(source.num_frames[pos]),
-                fps=float(source.fps[pos]),
-                height=int(source.height[pos]),
-                width=int(source.width[pos]),
-            )
-        else:
-            vt = self.rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
+        vt = self.media_tokens(source, pos, modality)
         count = _Counter(self)
         pieces: dict[str, Any] = {}
         if self.vision.chat:  # a conversation's targets depend on its roles: read its .json
