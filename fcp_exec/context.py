@@ -12,6 +12,10 @@ By default the members of the bound ring first check, with one small all-gather 
 (`fcp_exec.verify.verify_ring`, ~0.1-0.3 ms on gloo), that they hold the same plan digest, wave,
 ring order, sequence lengths and causal flags; a disagreement raises `PlanMismatchError` on
 every member before any K/V is exchanged. Empty plans and d = 1 skip it (nothing to agree on).
+
+A replica that sits a wave out (an empty RankPlan) is bound as a degree-1 ring of itself and
+megatron-core keeps its initial CP state (size 1): the loader's placeholder micro-batch then
+runs the model locally, so the replica joins every collective of its framework.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ class CPBinding:
     """What cp_context bound: ring = global ranks in ring order (pass it to ring_attention).
 
     index is this rank's position in the ring (= RankPlan.index_in_group, the zigzag chunk
-    index). megatron's get_context_parallel_rank() is group.rank(), the position in sorted
+    index). For a wave the replica sits out the ring is this rank alone (a placeholder runs
+    at degree 1) and group is None. megatron's get_context_parallel_rank() is group.rank(), the position in sorted
     global-rank order; the two agree when the plan lists group replicas in ascending order.
     """
 
@@ -89,8 +94,8 @@ def cp_context(
     if wave_groups is not None:
         groups.prepare(wave_groups)
     rank = dist.get_rank() if dist.is_initialized() else 0
-    if rank_plan.is_empty:
-        yield CPBinding(rank_plan, (), -1, None, None)
+    if rank_plan.is_empty:  # a placeholder (or empty) micro-batch: degree 1, this rank alone
+        yield CPBinding(rank_plan, (rank,), 0, None, None)
         return
     if len(rank_plan.group_replicas) != rank_plan.degree:
         raise ValueError(

@@ -106,12 +106,15 @@ def hf_attention_kwargs(mb: Any, binding: Any) -> dict[str, Any]:
     unsharded sequences' offsets, as transformers' flash-attention varlen path names them.
     """
     if mb.is_empty:
-        raise ExecError("an empty micro-batch has nothing to run; skip the forward for it")
-    ring = tuple(binding.ring)
-    if len(ring) != mb.rank_plan.degree:
         raise ExecError(
-            f"the bound ring {ring} has {len(ring)} members but the micro-batch's plan has "
-            f"degree {mb.rank_plan.degree}; pass the binding of cp_context(mb.rank_plan, ...)"
+            "an empty micro-batch has nothing to run; build the loader with the default "
+            "LoaderOptions(idle='placeholder') so every replica runs every wave"
+        )
+    ring = tuple(binding.ring)
+    if len(ring) != mb.degree:
+        raise ExecError(
+            f"the bound ring {ring} has {len(ring)} members but the micro-batch runs at "
+            f"degree {mb.degree}; pass the binding of cp_context(mb.rank_plan, ...)"
         )
     cu = mb.cu_seqlens.to(torch.int32)
     return {

@@ -1,13 +1,20 @@
 """MicroBatch: what one replica runs in one wave, with the plan that says how.
 
-Every replica yields one MicroBatch per wave of a global batch (an empty one for a wave it sits
-out), so a training loop counts `plan.num_waves` micro-batches per optimizer step and steps after
+Every replica yields one MicroBatch per wave of a global batch, so a training loop counts `plan.num_waves` micro-batches per optimizer step and steps after
 the one with `is_last_wave`. `global_num_loss_tokens` is the loss-token count of the whole global
 batch over all replicas and waves (known from the plan, no collective), so summing per-token
 losses and dividing by it gives the exact per-token mean after the gradient all-reduce. A sample
 that fails to read under on_error="skip" is masked out by its own group only; the others cannot
 know, so it stays in that count (listed in `skipped`): all-reduce `num_loss_tokens` when exact
 means matter under skipping.
+
+A replica that has no CP group in a wave gets a *placeholder* (`is_placeholder`): one
+loss-free sequence of 2 x unit tokens run at degree 1. Its loss mask is all zero, so it adds
+exactly 0 to the loss and to every gradient, yet the model runs, so the replica takes part in
+every collective its framework issues inside forward and backward (FSDP all-gathers and
+reduce-scatters, DDP buckets, pipeline send/recv): skipping the forward on one rank deadlocks
+a sharded or pipelined job. `LoaderOptions(idle="empty")` yields zero-token micro-batches
+(`is_empty`) instead, for plain loops with no collective inside the step.
 
 A MicroBatch is plain data (tensors and the plan); turning it into a training framework's
 arguments is the training side's job (megatron-core: `fcp_exec.megatron.packed_seq_params`).
@@ -22,7 +29,7 @@ import numpy as np
 import torch
 
 from ..planner.plan import RankPlan
-from .pack import PackedShard
+from .pack import IGNORE_INDEX, PackedShard
 
 __all__ = ["MicroBatch", "VisionInput"]
 
@@ -112,7 +119,18 @@ class MicroBatch:
     # ---- views -------------------------------------------------------------------------
     @property
     def is_empty(self) -> bool:
-        return self.rank_plan.is_empty
+        """No token to run (`LoaderOptions(idle="empty")`); a placeholder is not empty."""
+        return self.rank_plan.is_empty and self.tokens.numel() == 0
+
+    @property
+    def is_placeholder(self) -> bool:
+        """Runs like any micro-batch but holds no sample: loss and gradients exactly 0."""
+        return self.rank_plan.is_empty and self.tokens.numel() > 0
+
+    @property
+    def degree(self) -> int:
+        """The CP degree this micro-batch runs at: 1 for a placeholder, 0 when empty."""
+        return self.rank_plan.degree or (1 if self.tokens.numel() else 0)
 
     @property
     def wave(self) -> int:
@@ -208,6 +226,54 @@ class MicroBatch:
             sample_ids=(),
             keys=(),
             causal=(),
+            rank_plan=rank_plan,
+            global_num_loss_tokens=global_num_loss_tokens,
+            wave_groups=wave_groups,
+            epoch=epoch,
+            batch_index=batch_index,
+        )
+
+    @classmethod
+    def placeholder(
+        cls,
+        rank_plan: RankPlan,
+        *,
+        global_num_loss_tokens: int,
+        unit: int = 1,
+        pad_id: int = 0,
+        wave_groups: tuple[tuple[int, ...], ...] = (),
+        epoch: int = 0,
+        batch_index: int = 0,
+    ) -> MicroBatch:
+        """The micro-batch of a replica that sits a wave out but must still run the model.
+
+        One causal sequence of `2 * unit` pad tokens (the fewest the layout allows: 2 at
+        TP = 1, 2 x TP under sequence parallel), labels `ignore_index` and loss mask 0, so the
+        loss it adds is exactly 0 and so is every gradient it produces. It runs at degree 1
+        (attention is local; cp_context binds this rank alone).
+        """
+        if not rank_plan.is_empty:
+            raise ValueError(
+                f"a placeholder stands in for a wave the replica sits out; replica "
+                f"{rank_plan.replica} has a degree-{rank_plan.degree} group in wave "
+                f"{rank_plan.wave}"
+            )
+        n = 2 * int(unit)
+        cu = torch.tensor([0, n], dtype=torch.int32)
+        return cls(
+            tokens=torch.full((n,), int(pad_id), dtype=torch.int64),
+            labels=torch.full((n,), IGNORE_INDEX, dtype=torch.int64),
+            loss_mask=torch.zeros(n, dtype=torch.float32),
+            position_ids=torch.arange(n, dtype=torch.int64),
+            cu_seqlens=cu,
+            cu_seqlens_padded=cu.clone(),
+            local_cu_seqlens=cu.clone(),
+            local_cu_seqlens_padded=cu.clone(),
+            max_seqlen=n,
+            local_max_seqlen=n,
+            sample_ids=(),
+            keys=(),
+            causal=(True,),
             rank_plan=rank_plan,
             global_num_loss_tokens=global_num_loss_tokens,
             wave_groups=wave_groups,

@@ -69,21 +69,24 @@ def pack_shard(
     ignore_index: int = IGNORE_INDEX,
     masked: Sequence[bool] | None = None,
     targets: Sequence[np.ndarray | None] | None = None,
+    unit: int = 1,
 ) -> PackedShard:
     """Pad, label, zigzag-shard and concatenate a CP group's sequences for replica `index`.
 
     `masked[k]` takes sequence k out of the loss entirely (a sample that failed to read and
     stands in as padding so the plan's shapes still hold). `targets[k]` (bool per token, or
     None for all) says which tokens may be predicted: label t is kept only when token t+1 is a
-    target, so vision placeholders and template tokens can be left out of the loss.
+    target, so vision placeholders and template tokens can be left out of the loss. `unit`
+    is the layout's per-chunk multiple (`Cluster.pad_unit`: TP under sequence parallel), so
+    every sequence is padded to a multiple of 2 x degree x unit.
     """
     n = len(sequences)
     lens = np.array([len(s) for s in sequences], dtype=np.int64)
     if n and lens.min() < 1:
         k = int(np.argmin(lens))
         raise ValueError(f"sequence {k} is empty; every sequence needs >= 1 token")
-    plens = np.array([padded_seqlen(int(L), degree) for L in lens], dtype=np.int64)
-    local = layout.shard_tokens(lens, degree)  # what the planner's memory check counted
+    plens = np.array([padded_seqlen(int(L), degree, unit) for L in lens], dtype=np.int64)
+    local = layout.shard_tokens(lens, degree, unit)  # what the planner's memory check counted
     offs = np.concatenate([[0], np.cumsum(local)])
     total = int(offs[-1])
     # Preallocated outputs filled chunk by chunk with slices: no per-sequence padded copy and

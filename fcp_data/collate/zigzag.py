@@ -39,12 +39,15 @@ def _check(degree: int, index: int | None = None) -> None:
         )
 
 
-def padded_seqlen(seqlen: int, degree: int) -> int:
-    """L padded to a multiple of 2d (2 at d = 1): the length TE's THD CP layout needs."""
+def padded_seqlen(seqlen: int, degree: int, unit: int = 1) -> int:
+    """L padded to a multiple of 2d x unit (2 at d = 1, unit 1): the length TE's THD CP layout
+    needs; `unit` is TP under sequence parallel (`fcp_data.layout.pad_unit`)."""
     _check(degree)
     if seqlen < 0:
         raise ValueError(f"seqlen={seqlen} must be >= 0")
-    return int(layout.padded_length(int(seqlen), int(degree)))
+    if isinstance(unit, bool) or int(unit) != unit or unit < 1:
+        raise ValueError(f"unit={unit!r} must be an integer >= 1 (TP under sequence parallel)")
+    return int(layout.padded_length(int(seqlen), int(degree), int(unit)))
 
 
 def chunk_bounds(

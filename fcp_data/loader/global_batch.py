@@ -72,6 +72,7 @@ class BatchBuilder:
     on_too_long: Literal["raise", "drop"] = "raise"
     on_error: Literal["raise", "skip"] = "raise"
     pad_id: int = 0
+    idle: Literal["placeholder", "empty"] = "placeholder"
     time_limit: SampleTimeLimit = field(default_factory=lambda: SampleTimeLimit(0.0))
     index_skipped: int = 0
 
@@ -257,6 +258,7 @@ class BatchBuilder:
                 pad_id=self.pad_id,
                 masked=[r is not None for r in reasons],
                 targets=[e.targets for e in encs],
+                unit=self.cluster.pad_unit,
             )
 
         packed, failed = pack(), False
@@ -325,14 +327,17 @@ class BatchBuilder:
         for w in range(plan.num_waves):
             rank_plan = plan.for_replica(self.replica, w)
             wave_groups = tuple(g.replicas for g in plan.waves[w].groups)
-            if rank_plan.is_empty:
+            if rank_plan.is_empty:  # this replica sits the wave out
+                make = MicroBatch.placeholder if self.idle == "placeholder" else MicroBatch.empty
+                extra = {"unit": self.cluster.pad_unit, "pad_id": self.pad_id}
                 mbs.append(
-                    MicroBatch.empty(
+                    make(
                         rank_plan,
                         global_num_loss_tokens=global_loss,
                         wave_groups=wave_groups,
                         epoch=epoch,
                         batch_index=batch_index,
+                        **(extra if self.idle == "placeholder" else {}),
                     )
                 )
                 continue

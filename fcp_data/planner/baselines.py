@@ -29,7 +29,7 @@ __all__ = ["megatron_hybrid", "static_megatron"]
 
 @nb.njit(cache=True)
 def _next_fit(
-    lens: np.ndarray, ids: np.ndarray, d: int, cap: int, groups: int
+    lens: np.ndarray, ids: np.ndarray, d: int, cap: int, groups: int, unit: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Data-parallel split then per-group next-fit packing in data order.
 
@@ -44,7 +44,7 @@ def _next_fit(
         used = 0
         rank = -1
         for j in range(g, ids.size, groups):
-            loc = shard_tokens(lens[ids[j]], d)
+            loc = shard_tokens(lens[ids[j]], d, unit)
             if rank < 0 or used + loc > cap:
                 cur += 1
                 rank += 1
@@ -63,7 +63,9 @@ def static_megatron(prob: Problem, units: np.ndarray | None = None) -> Schedule 
     for d in range(max(1, lo), prob.num_replicas + 1):
         if prob.num_replicas % d or not prob.allowed[d]:
             continue
-        mb, mb_group, mb_rank = _next_fit(prob.lens, ids, d, prob.cap, prob.num_replicas // d)
+        mb, mb_group, mb_rank = _next_fit(
+            prob.lens, ids, d, prob.cap, prob.num_replicas // d, prob.unit
+        )
         # execution order: round by round (k-th micro-batch of every group), as in lockstep
         order = np.lexsort((mb_group, mb_rank))
         pos = np.empty_like(order)
@@ -98,8 +100,14 @@ def megatron_hybrid(prob: Problem, units: np.ndarray | None = None) -> Schedule:
             "strategy='megatron-hybrid' needs megatron-core: pip install 'fcp[megatron]'"
         ) from exc
     ids = prob.order if units is None else units
+    # megatron-core sizes a sample's group by L / d <= max_seq_len_per_rank. Under sequence
+    # parallel (pad unit u > 1) a member holds 2u·ceil(L / 2du) tokens, which fits `cap` iff
+    # L / d <= 2u·(cap // 2u): that is the limit it is given then (cap 10000 at TP = 8: 9984).
+    # At u = 1 megatron's own rule is kept as it runs.
+    unit = prob.unit
+    per_rank = prob.cap if unit == 1 else 2 * unit * (prob.cap // (2 * unit))
     sched = BalancedCPScheduler(
-        max_seq_len_per_rank=prob.cap, dp_cp_group=_DomainSize(prob.num_replicas)
+        max_seq_len_per_rank=per_rank, dp_cp_group=_DomainSize(prob.num_replicas)
     )
     pairs = [(int(i), int(prob.lens[i])) for i in ids]
     _, sample_id_groups = sched.get_groups_and_subsamples(pairs, None)

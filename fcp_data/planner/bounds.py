@@ -40,7 +40,7 @@ def lower_bound(prob: Problem, keep: np.ndarray | None = None) -> float:
     fastest, slowest = float(prob.speed.max()), float(prob.speed.min())
     s = int(prob.lens[top])
     d = np.arange(1, prob.num_replicas + 1)  # every degree: the bound holds for all strategies
-    local = shard_tokens(s, d)
+    local = shard_tokens(s, d, prob.unit)
     d = d[local <= prob.cap]
     if d.size == 0:
         return work / total_speed

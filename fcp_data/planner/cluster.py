@@ -37,6 +37,9 @@ class Cluster:
     tokens_per_replica: int | None
     memory_bytes: float | None
     speed: tuple[float, ...] | None = field(default=None)
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    sequence_parallel: bool = False
 
     def __init__(
         self,
@@ -46,6 +49,9 @@ class Cluster:
         tokens_per_replica: int | None = None,
         memory_bytes: float | None = None,
         speed: tuple[float, ...] | list[float] | np.ndarray | None = None,
+        tensor_parallel: int = 1,
+        pipeline_parallel: int = 1,
+        sequence_parallel: bool = False,
     ) -> None:
         num_replicas = _whole("num_replicas", num_replicas)
         rpn = (
@@ -92,6 +98,19 @@ class Cluster:
             self, "memory_bytes", None if memory_bytes is None else float(memory_bytes)
         )
         object.__setattr__(self, "speed", sp)
+        object.__setattr__(self, "tensor_parallel", _whole("tensor_parallel", tensor_parallel))
+        object.__setattr__(
+            self, "pipeline_parallel", _whole("pipeline_parallel", pipeline_parallel)
+        )
+        if not isinstance(sequence_parallel, (bool, np.bool_)):
+            raise ConfigError(f"sequence_parallel={sequence_parallel!r} must be True or False")
+        object.__setattr__(self, "sequence_parallel", bool(sequence_parallel))
+
+    @property
+    def pad_unit(self) -> int:
+        """Per-chunk multiple of the layout contract (`fcp_data.layout.pad_unit`): TP under
+        sequence parallel, else 1. The planner's memory check and the collator both use it."""
+        return self.tensor_parallel if self.sequence_parallel else 1
 
     @property
     def num_nodes(self) -> int:

@@ -12,8 +12,10 @@ group runs at the pace of its slowest member: compute terms are divided by the s
 factor of the group; communication is not.
 
 Memory (Eq. 7) is checked on the padded shard actually held (`fcp_data.layout`): a sequence is
-padded to a multiple of 2d (zigzag chunks, 2 at d = 1) and each member holds 1/d of it, so a
-group fits when Σ_k shard_tokens(s_k, d) ≤ tokens_per_replica.
+padded to a multiple of 2d·u (zigzag chunks, 2 at d = 1; u is the cluster's pad unit, TP under
+sequence parallel and 1 otherwise) and each member holds 1/d of it, so a group fits when
+Σ_k shard_tokens(s_k, d, u) ≤ tokens_per_replica. At TP = 8 with sequence parallel a 1000-token
+sequence at d = 2 holds 512 tokens per member (1024 padded), not 500.
 """
 
 from __future__ import annotations
@@ -162,16 +164,19 @@ class CostModel:
         att, lin, comm = self.aggregates(seqlens, causal, vision_tokens)
         return self.time_from_aggregates(att, lin, comm, degree, inter_node=inter_node, speed=speed)
 
-    def ring_bytes(self, seqlens: Sequence[int] | np.ndarray, degree: int) -> float:
+    def ring_bytes(
+        self, seqlens: Sequence[int] | np.ndarray, degree: int, *, unit: int = 1
+    ) -> float:
         """Bytes one member of a degree-d ring sends for these sequences (fwd + bwd).
 
-        Counts the padded lengths that really travel; the time model's comm term charges the
-        real lengths (padding adds < 2d tokens per sequence).
+        Counts the padded lengths that really travel (multiples of 2d × `unit`, the pad unit);
+        the time model's comm term charges the real lengths (padding adds < 2d·unit tokens per
+        sequence).
         """
         d = int(degree)
         if d <= 1:
             return 0.0
-        tokens = sum(padded_length(int(s), d) for s in np.asarray(seqlens).reshape(-1))
+        tokens = sum(padded_length(int(s), d, unit) for s in np.asarray(seqlens).reshape(-1))
         return (d - 1) * self.alpha3 * tokens / d
 
     def sequence_work(self, seqlens: np.ndarray, causal: np.ndarray | bool = True) -> np.ndarray:
@@ -186,18 +191,33 @@ class CostModel:
     def capacity_tokens(self, cluster: Cluster) -> int:
         return cluster.capacity_tokens(self.bytes_per_token, self.static_bytes)
 
+    def shard_tokens(
+        self, seqlens: Sequence[int] | np.ndarray, degree: int, cluster: Cluster
+    ) -> int:
+        """Tokens one member of a degree-d group holds, padding included: Σ_k shard_tokens(s_k,
+        d, cluster.pad_unit), what the collator allocates (21 + 10 tokens at d = 1: 22 + 10;
+        at TP = 4 under sequence parallel: 24 + 16)."""
+        s = np.asarray(seqlens, dtype=np.int64).reshape(-1)
+        return int(np.sum(shard_tokens(s, int(degree), cluster.pad_unit)))
+
+    def fits(self, seqlens: Sequence[int] | np.ndarray, degree: int, cluster: Cluster) -> bool:
+        """Whether a degree-d group of these sequences fits one replica's capacity (Eq. 7)."""
+        return self.shard_tokens(seqlens, degree, cluster) <= self.capacity_tokens(cluster)
+
     def min_degree(self, seqlens: Sequence[int] | np.ndarray, cluster: Cluster) -> int:
-        """Smallest degree whose padded per-replica shard fits (Eq. 3 / Eq. 7).
+        """Smallest degree whose padded per-replica shard fits (Eq. 3 / Eq. 7), padded with the
+        cluster's pad unit.
 
         Raises ValueError when even all N replicas cannot hold the group.
         """
         cap = self.capacity_tokens(cluster)
+        unit = cluster.pad_unit
         s = np.asarray(seqlens, dtype=np.int64)
         if s.size == 0:
             return 1
         d = max(1, -(-int(s.sum()) // cap))
         while d <= cluster.num_replicas:
-            local = int(np.sum(shard_tokens(s, d)))
+            local = int(np.sum(shard_tokens(s, d, unit)))
             if local <= cap:
                 return d
             d += 1

@@ -96,7 +96,7 @@ def _finish(
     prob: Problem, deal: _Deal, units: np.ndarray, name: str, prologue: Schedule | None
 ) -> Schedule:
     mb_of, mb_lane, mb_rank = pack_lanes(
-        prob.lens, deal.lane_of, deal.degs, units, prob.cap, deal.degs.size
+        prob.lens, deal.lane_of, deal.degs, units, prob.cap, deal.degs.size, prob.unit
     )
     # Execution order: round by round (k-th micro-batch of every lane), lanes left to right.
     exec_order = np.lexsort((deal.starts[mb_lane], mb_rank))

@@ -39,7 +39,7 @@ def moldable_schedule(
     if span >= 1e299:
         return None
     g_of, g_start, g_deg = compact_windows(
-        prob.lens, order, w_start, w_deg, prob.num_replicas, prob.cap
+        prob.lens, order, w_start, w_deg, prob.num_replicas, prob.cap, prob.unit
     )
     return Schedule(
         name=f"moldable(extra={extra})",

@@ -41,6 +41,7 @@ def exhaustive_optimum(
             f"{lens.size} sequences on {cluster.num_replicas} replicas"
         )
     n, rpn, cap = cluster.num_replicas, cluster.replicas_per_node, cost.capacity_tokens(cluster)
+    unit = cluster.pad_unit
     speed = cluster.speeds()
     best = math.inf
     for part in _set_partitions(list(range(lens.size))):
@@ -48,7 +49,7 @@ def exhaustive_optimum(
         for block in part:
             opts = []
             for d in range(1, n + 1):
-                if sum(shard_tokens(int(s), d) for s in lens[block]) > cap:
+                if sum(shard_tokens(int(s), d, unit) for s in lens[block]) > cap:
                     continue
                 for s0 in range(n - d + 1):
                     t = cost.group_time(

@@ -25,7 +25,7 @@ __all__ = ["atomic_groups", "paper_schedule"]
 def atomic_groups(prob: Problem, units: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Stage 1: (atomic group of each sequence, minimum degree of each group)."""
     order = prob.order if units is None else units
-    bin_of, bin_d, _ = bfd_pack(prob.lens, order, prob.cap, prob.dmin, 0)
+    bin_of, bin_d, _ = bfd_pack(prob.lens, order, prob.cap, prob.dmin, 0, prob.unit)
     return bin_of, bin_d
 
 

@@ -54,7 +54,10 @@ class Problem:
     seconds, per-token-layer seconds and ring bytes), `work` (att + lin, the replica-seconds it
     needs at the least), `dmin` (smallest allowed degree holding it alone, 0 when none does),
     `overhead` (its share of β1) and `order` (longest first). `cap` is the tokens one replica
-    holds, `allowed[d]` whether degree d may be used, `cost_params` the kernels' packed cost
+    holds and `unit` the layout's pad unit (`Cluster.pad_unit`: TP under sequence parallel,
+    else 1): a group of degree d fits when Σ_k shard_tokens(s_k, d, unit) <= cap, the shard
+    the collator allocates (TP = 8 under sequence parallel: a 21-token sequence at d = 1 holds
+    16 tokens, not 22). `allowed[d]` whether degree d may be used, `cost_params` the kernels' packed cost
     constants (see `kernels`). With `vision` (a batch's priced vision work), `lin` also holds
     each sequence's vision replica-seconds (what the candidates balance) and the scorer adds
     each group's exact vision time (`vision_cost`); `lin_llm` is the language model's part.
@@ -71,6 +74,7 @@ class Problem:
     cost_params: np.ndarray
     allowed: np.ndarray
     vision: VisionLoad | None = None
+    unit: int = 1
     att: np.ndarray = field(init=False)
     lin: np.ndarray = field(init=False)
     lin_llm: np.ndarray = field(init=False)
@@ -132,6 +136,7 @@ class Problem:
             cost_params=cost_params,
             allowed=allowed,
             vision=vision,
+            unit=cluster.pad_unit,
         )
         prob._aggregate(seed)
         return prob
@@ -154,7 +159,8 @@ class Problem:
 
     def min_degrees(self, lens: np.ndarray) -> np.ndarray:
         """Smallest allowed degree holding each sequence alone (0 where none does)."""
-        d = min_degree(lens, self.cap)  # any larger degree fits too: shards shrink with d
+        # any larger degree fits too: shards shrink with d
+        d = min_degree(lens, self.cap, self.unit)
         allowed_deg = np.flatnonzero(self.allowed)
         pos = np.searchsorted(allowed_deg, d)
         out = np.where(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
+from ..layout import shard_tokens
 from .bounds import lower_bound
 from .cluster import Cluster
 from .cost import CostModel
@@ -130,9 +131,15 @@ def score_plan(
 def check_plan(
     plan: Plan, seqlens: Sequence[int] | np.ndarray, cluster: Cluster, cost: CostModel
 ) -> None:
-    """Raise ValueError listing every broken invariant of `plan` for these lengths."""
+    """Raise ValueError listing every broken invariant of `plan` for these lengths.
+
+    Memory is checked on the shard the collator allocates: Σ_k shard_tokens(s_k, d,
+    cluster.pad_unit) <= capacity on every group (a 21-token sequence alone at d = 1 holds 22
+    tokens; at TP = 8 under sequence parallel 32).
+    """
     lens = np.asarray(seqlens, dtype=np.int64)
     cap = cost.capacity_tokens(cluster)
+    unit = cluster.pad_unit
     problems: list[str] = []
     if plan.num_replicas != cluster.num_replicas:
         problems.append(
@@ -160,9 +167,7 @@ def check_plan(
             np.add.at(seen, ids, 1)
             if tuple(lens[ids].tolist()) != g.seqlens:
                 problems.append(f"wave {w}: group seqlens {g.seqlens} differ from the input")
-            local = sum(
-                int(s) if g.degree == 1 else -(-int(s) // (2 * g.degree)) * 2 for s in lens[ids]
-            )
+            local = int(np.sum(shard_tokens(lens[ids], g.degree, unit)))
             if local > cap:
                 problems.append(
                     f"wave {w}: group on {g.replicas} holds {local} tokens per replica > {cap}"

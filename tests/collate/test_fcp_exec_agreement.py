@@ -16,11 +16,14 @@ from fcp_exec import ShardLayout, local_token_index
     lens=st.lists(st.integers(1, 200), min_size=1, max_size=5),
     d=st.integers(1, 6),
     causal=st.lists(st.booleans(), min_size=5, max_size=5),
+    unit=st.sampled_from([1, 2, 4]),
 )
-def test_pack_matches_fcp_exec_layout(lens: list[int], d: int, causal: list[bool]) -> None:
+def test_pack_matches_fcp_exec_layout(
+    lens: list[int], d: int, causal: list[bool], unit: int
+) -> None:
     seqs = [np.arange(1, L + 1) + 1000 * k for k, L in enumerate(lens)]
     for i in range(d):
-        s = pack_shard(seqs, degree=d, index=i)
+        s = pack_shard(seqs, degree=d, index=i, unit=unit)
         layout = ShardLayout.build(
             torch.from_numpy(s.cu_seqlens),
             torch.from_numpy(s.cu_seqlens_padded),

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
-from fcp_data.collate import MicroBatch, pack_shard
+from fcp_data.collate import IGNORE_INDEX, MicroBatch, pack_shard
 from fcp_data.planner import CPGroup, Plan, Wave
 
 
@@ -55,3 +56,19 @@ def test_empty_microbatch_is_a_noop() -> None:
     mb = MicroBatch.empty(rp, global_num_loss_tokens=13)
     assert mb.is_empty and mb.num_tokens == 0 and mb.num_loss_tokens == 0
     assert mb.cu_seqlens.tolist() == [0] and mb.global_num_loss_tokens == 13
+
+
+def test_placeholder_runs_but_adds_nothing() -> None:
+    """An idle replica's placeholder: the fewest tokens the layout allows, all out of the loss."""
+    rp = _plan().for_replica(0, 0)
+    for unit in (1, 4):
+        mb = MicroBatch.placeholder(rp, global_num_loss_tokens=13, unit=unit, pad_id=7)
+        assert mb.is_placeholder and not mb.is_empty and mb.degree == 1
+        assert mb.num_tokens == 2 * unit and mb.num_loss_tokens == 0
+        assert mb.cu_seqlens.tolist() == [0, 2 * unit] == mb.cu_seqlens_padded.tolist()
+        assert (mb.labels == IGNORE_INDEX).all() and (mb.tokens == 7).all()
+        assert mb.causal == (True,) and mb.global_num_loss_tokens == 13
+    busy = _plan().for_replica(1, 0)
+    assert not busy.is_empty
+    with pytest.raises(ValueError, match="sits out"):
+        MicroBatch.placeholder(busy, global_num_loss_tokens=13)

@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fcp_data import layout
 from fcp_data.collate import IGNORE_INDEX, pack_shard, padded_seqlen, unshard_sequence
 
 
@@ -26,19 +27,26 @@ def _reassemble(shards, d: int, field: str) -> list[np.ndarray]:
     lens=st.lists(st.integers(1, 300), min_size=1, max_size=6),
     d=st.integers(1, 9),
     seed=st.integers(0, 2**31 - 1),
+    unit=st.sampled_from([1, 1, 2, 4, 8]),
 )
-def test_pack_reassembles_tokens_labels_positions(lens: list[int], d: int, seed: int) -> None:
+def test_pack_reassembles_tokens_labels_positions(
+    lens: list[int], d: int, seed: int, unit: int
+) -> None:
+    """`unit` is TP under sequence parallel: every row must then be a multiple of it."""
     rng = np.random.default_rng(seed)
     seqs = [rng.integers(1, 50_000, size=L) for L in lens]
-    shards = [pack_shard(seqs, degree=d, index=i, pad_id=0) for i in range(d)]
+    shards = [pack_shard(seqs, degree=d, index=i, pad_id=0, unit=unit) for i in range(d)]
     assert len({len(s.tokens) for s in shards}) == 1  # equal work per replica
+    assert len(shards[0].tokens) % unit == 0  # megatron splits the row over TP ranks
+    assert len(shards[0].tokens) == sum(layout.shard_tokens(L, d, unit) for L in lens)
     total_loss = sum(float(s.loss_mask.sum()) for s in shards)
     assert total_loss == sum(L - 1 for L in lens)  # L-1 loss tokens per sequence, exactly
     toks = _reassemble(shards, d, "tokens")
     labs = _reassemble(shards, d, "labels")
     poss = _reassemble(shards, d, "position_ids")
     for k, (seq, L) in enumerate(zip(seqs, lens)):
-        P = padded_seqlen(L, d)
+        P = padded_seqlen(L, d, unit)
+        assert P % (2 * d * unit) == 0 and P - 2 * d * unit < L  # the fewest pad tokens
         np.testing.assert_array_equal(toks[k][:L], seq)
         assert (toks[k][L:] == 0).all()
         np.testing.assert_array_equal(labs[k][: L - 1], seq[1:])  # next-token labels
@@ -46,7 +54,7 @@ def test_pack_reassembles_tokens_labels_positions(lens: list[int], d: int, seed:
         np.testing.assert_array_equal(poss[k], np.arange(P))  # global positions
     s0 = shards[0]
     np.testing.assert_array_equal(s0.cu_seqlens, np.concatenate([[0], np.cumsum(lens)]))
-    plens = [padded_seqlen(L, d) for L in lens]
+    plens = [padded_seqlen(L, d, unit) for L in lens]
     np.testing.assert_array_equal(s0.cu_seqlens_padded, np.concatenate([[0], np.cumsum(plens)]))
     assert s0.cu_seqlens.dtype == np.int32 and s0.cu_seqlens_padded.dtype == np.int32
     assert s0.max_seqlen == max(plens) and s0.local_max_seqlen == max(plens) // d

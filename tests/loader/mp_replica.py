@@ -38,7 +38,7 @@ def _max_attention_error(mbs: list, index: TarIndex) -> tuple[float, int]:
 
     worst, rings = 0.0, 0
     for mb in mbs:
-        if mb.is_empty or mb.batch_index >= 2:  # two batches cover mixed degrees; ~1 s
+        if mb.rank_plan.is_empty or mb.batch_index >= 2:  # two batches cover mixed degrees; ~1 s
             continue
         rings += mb.rank_plan.degree > 1
         q, k, v = _qkv(mb.tokens)

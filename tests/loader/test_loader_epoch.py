@@ -53,8 +53,13 @@ def check_epoch(per_replica: list[list], data: dict[str, bytes], index: TarIndex
     for step in zip(*per_replica):  # same (batch, wave) on every replica, same plan digest
         assert len({(mb.batch_index, mb.wave, mb.digest, mb.wave_groups) for mb in step}) == 1
         for r, mb in enumerate(step):  # wave_groups (fcp_exec's wave_groups) hold own group
-            assert mb.is_empty or mb.rank_plan.group_replicas in mb.wave_groups
-            assert mb.is_empty == all(r not in g for g in mb.wave_groups)
+            idle = mb.rank_plan.is_empty
+            assert idle or mb.rank_plan.group_replicas in mb.wave_groups
+            assert idle == all(r not in g for g in mb.wave_groups)
+            # a replica that sits the wave out still runs: a loss-free placeholder
+            assert idle == mb.is_placeholder and not mb.is_empty
+            if idle:
+                assert mb.num_tokens == 2 and mb.num_loss_tokens == 0 and mb.degree == 1
     # per global batch: loss tokens over replicas and waves == what every micro-batch announces
     by_batch: dict[int, list] = {}
     for mbs in per_replica:

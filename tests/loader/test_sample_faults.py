@@ -164,7 +164,9 @@ def test_index_skips_reach_the_metrics(tmp_path, cost) -> None:
 
 
 @pytest.mark.parametrize("planner", [None, simple_planner])
-def test_a_batch_of_only_too_long_samples_yields_empty_micro_batches(shards, cost, planner) -> None:
+def test_a_batch_of_only_too_long_samples_yields_placeholder_micro_batches(
+    shards, cost, planner
+) -> None:
     index = TarIndex(shards[0], ByteTokenizer())
     cap = 1100
     long = [i for i, n in enumerate(index.seqlens) if n > 2 * cap - 4]
@@ -187,10 +189,10 @@ def test_a_batch_of_only_too_long_samples_yields_empty_micro_batches(shards, cos
         )
         mbs = list(ld)
         first = [mb for mb in mbs if mb.batch_index == 0]
-        assert len(first) == 1 and first[0].is_empty and first[0].rank_plan.is_last_wave
+        assert len(first) == 1 and first[0].is_placeholder and first[0].rank_plan.is_last_wave
         m0 = ld.metrics_history[0]
         assert [k for k, why in m0.skipped if "too long" in why] == list(index.keys[:3])
-        loaded += sum(not mb.is_empty for mb in mbs)
+        loaded += sum(not mb.rank_plan.is_empty for mb in mbs)
         per_replica.append([(mb.batch_index, mb.wave) for mb in mbs])
     assert per_replica[0] == per_replica[1]  # every replica the same micro-batch count
     assert loaded > 0  # the short batches still load

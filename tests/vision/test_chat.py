@@ -43,7 +43,7 @@ def test_chat_sample_loss_on_assistant_turns_only(tmp_path, tok, cost) -> None:
         _run(index, tok, cost, 2, cap, **opts)
     vision = VisionOptions(chat=True)
     per_replica = _run(index, tok, cost, 2, cap, vision=vision, **opts)
-    mbs = [mb for mbs in per_replica for mb in mbs if not mb.is_empty]
+    mbs = [mb for mbs in per_replica for mb in mbs if not mb.rank_plan.is_empty]
     assert {mb.rank_plan.degree for mb in mbs} == {2}
     # the whole sequence, reassembled from the two zigzag shards by global position
     L = int(index.seqlens[0])

@@ -60,7 +60,7 @@ def test_every_replica_gets_a_consistent_payload(tmp_path, tok, cost, rule) -> N
     for waves in zip(*per_replica):
         for mb in waves:
             loss += mb.num_loss_tokens
-            if mb.is_empty:
+            if mb.rank_plan.is_empty:
                 continue
             split |= mb.rank_plan.degree > 1
             held_pads = np.isin(mb.tokens.numpy(), pads)

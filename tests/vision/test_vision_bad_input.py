@@ -50,7 +50,7 @@ def test_bad_videos_skipped_and_counted_group_shapes_agree(tmp_path, tok, cost) 
     for waves in zip(*per_replica):
         groups = {}
         for mb in waves:
-            if not mb.is_empty:
+            if not mb.rank_plan.is_empty:
                 groups.setdefault(mb.rank_plan.group_replicas, []).append(mb)
         for mbs in groups.values():  # every member of a group has the same token shapes
             assert len({mb.num_tokens for mb in mbs}) == 1

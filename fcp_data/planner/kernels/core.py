@@ -52,20 +52,27 @@ def group_time(
     return lin / d / speed + max(attention, ring) + cost_params[BETA1] / speed
 
 
-# Tokens of a length-s sequence held by one member of a degree-d group (the layout contract).
+# Tokens of a length-s sequence held by one member of a degree-d group (the layout contract):
+# 2u * ceil(s / 2du) for a pad unit u (TP under sequence parallel, else 1).
 shard_tokens = nb.njit(cache=True)(layout.shard_tokens)
 
 
 @nb.njit(cache=True)
 def bfd_pack(
-    lens: np.ndarray, order: np.ndarray, cap: int, dmin_single: np.ndarray, fixed_degree: int
+    lens: np.ndarray,
+    order: np.ndarray,
+    cap: int,
+    dmin_single: np.ndarray,
+    fixed_degree: int,
+    unit: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Best-Fit-Decreasing of Stage 1: sequences (visited in `order`, longest first) into bins.
 
     A sequence that fits no open bin opens one at its own minimum degree (or `fixed_degree`
     when > 0), whose memory is d × cap; later (shorter) sequences best-fit into the headroom,
-    measured in padded per-replica tokens at the bin's degree. Returns (bin of each sequence,
-    degree of each bin, number of bins).
+    measured in padded per-replica tokens at the bin's degree (`shard_tokens` with pad unit
+    `unit`, exactly what the collator allocates). Returns (bin of each sequence, degree of each
+    bin, number of bins).
     """
     k = order.shape[0]
     bin_of = np.empty(lens.shape[0], np.int64)
@@ -78,17 +85,17 @@ def bfd_pack(
         best = -1
         best_rem = cap + 1
         for b in range(nbins):
-            rem = cap - bin_used[b] - shard_tokens(s, bin_d[b])
+            rem = cap - bin_used[b] - shard_tokens(s, bin_d[b], unit)
             if rem >= 0 and rem < best_rem:
                 best = b
                 best_rem = rem
         if best >= 0:
-            bin_used[best] += shard_tokens(s, bin_d[best])
+            bin_used[best] += shard_tokens(s, bin_d[best], unit)
             bin_of[i] = best
         else:
             d = fixed_degree if fixed_degree > 0 else dmin_single[i]
             bin_d[nbins] = d
-            bin_used[nbins] = shard_tokens(s, d)
+            bin_used[nbins] = shard_tokens(s, d, unit)
             bin_of[i] = nbins
             nbins += 1
     return bin_of, bin_d[:nbins].copy(), nbins

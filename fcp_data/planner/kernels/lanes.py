@@ -223,8 +223,10 @@ def pack_lanes(
     order: np.ndarray,
     cap: int,
     nlanes: int,
+    unit: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pack each lane's units into micro-batches (BFD at the lane's degree).
+    """Pack each lane's units into micro-batches (BFD at the lane's degree, shards padded with
+    pad unit `unit`).
 
     Units are bucketed by lane keeping `order` (longest first), then each lane best-fits its
     units into its own micro-batches. Returns (micro-batch of each unit, lane of each
@@ -256,7 +258,7 @@ def pack_lanes(
         first = nmb
         for j in range(count[ln], count[ln + 1]):
             u = bucket[j]
-            s = shard_tokens(lens[u], d)
+            s = shard_tokens(lens[u], d, unit)
             best = -1
             best_rem = cap + 1
             for b in range(first, nmb):

@@ -120,8 +120,10 @@ def compact_windows(
     w_deg: np.ndarray,
     num_replicas: int,
     cap: int,
+    unit: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge consecutive units on the same window into one micro-batch when memory allows.
+    """Merge consecutive units on the same window into one micro-batch when memory allows
+    (padded shards with pad unit `unit`, as the collator allocates them).
 
     Units are visited in scheduling order; a unit joins the previous group when that group is
     the latest on every replica of the same window and its padded shard still fits. Returns
@@ -138,7 +140,7 @@ def compact_windows(
         u = order[t]
         s = w_start[u]
         d = w_deg[u]
-        loc = shard_tokens(lens[u], d)
+        loc = shard_tokens(lens[u], d, unit)
         g = last[s]
         ok = g >= 0 and g_start[g] == s and g_deg[g] == d and g_used[g] + loc <= cap
         if ok:

@@ -1,0 +1,166 @@
+"""The FSDP2 parity job: a tiny transformers Qwen3 under fully_shard (FSDP, then HSDP) through fcp.
+
+The text data of the HF parity job (seven samples, a real tar, a real BPE tokenizer) under an
+explicit plan in which replica 3 sits wave 1 out: wave 0 runs (0, 1, 2) at degree 3 and (3,)
+at degree 1, wave 1 runs (0, 1) at degree 2 and (2,) at degree 1. Replica 3 then trains the
+loader's placeholder micro-batch, so it still joins every all-gather and reduce-scatter of the
+sharded model. Each case: "fcp_ring" attention, activation checkpointing (transformers'),
+`fully_shard_for_fcp` per decoder layer and the root; the gathered gradient (full_tensor of
+every sharded .grad) is compared with the single-process sdpa model in the test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._hf_text_job import LENGTHS, make_text_model
+from ._vlm_job import load_tokenizer, token_loss
+
+# by length rank (0 = longest): (replicas, ranks of its sequences); replica 3 idle in wave 1
+WAVES = (
+    (((0, 1, 2), (0, 6)), ((3,), (3, 4))),
+    (((0, 1), (1, 5)), ((2,), (2,))),
+)
+CASES = ("fsdp", "hsdp")
+
+
+def idle_planner(seqlens: Any, cluster: Any, cost: Any, *, causal: Any = True, **_: Any) -> Any:
+    """The fixed plan of WAVES (sequences found by length rank)."""
+    from fcp_data.planner import CPGroup, Plan, Wave
+
+    lens = np.asarray(seqlens, np.int64)
+    assert len(set(lens.tolist())) == len(lens) == len(LENGTHS), lens
+    order = [int(i) for i in np.argsort(-lens, kind="stable")]
+    flags = np.broadcast_to(np.asarray(causal, bool), lens.shape)
+    waves = []
+    for wave in WAVES:
+        groups = []
+        for replicas, ranks in wave:
+            ids = [order[r] for r in ranks]
+            groups.append(
+                CPGroup(
+                    replicas=replicas,
+                    degree=len(replicas),
+                    sequence_ids=tuple(ids),
+                    seqlens=tuple(int(lens[i]) for i in ids),
+                    causal=tuple(bool(flags[i]) for i in ids),
+                    predicted_time=1.0,
+                )
+            )
+        waves.append(Wave(groups=tuple(groups)))
+    return Plan(
+        num_replicas=cluster.num_replicas,
+        waves=tuple(waves),
+        predicted_time=2.0,
+        lower_bound=0.0,
+        strategy="explicit",
+        winner="explicit",
+    ).with_digest()
+
+
+def make_idle_loader(index: Path, tok_path: Path, replicas: int, replica: int) -> Any:
+    from fcp_data.loader import FCPDataLoader, LoaderOptions
+    from fcp_data.planner import Cluster, CostModel
+    from fcp_data.readers import LengthIndex
+
+    return FCPDataLoader(
+        LengthIndex.open(index),
+        cluster=Cluster(replicas, tokens_per_replica=4096),
+        cost=CostModel.from_model("qwen3-1.7b", "cpu"),
+        replica=replica,
+        global_batch_size=len(LENGTHS),
+        num_workers=0,
+        tokenizer=load_tokenizer(tok_path),
+        options=LoaderOptions(planner=idle_planner),  # idle="placeholder" is the default
+    )
+
+
+def enable_checkpointing(model: Any) -> None:
+    """transformers' activation checkpointing (non-reentrant), by its new or its old name."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable()
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def _mesh(case: str, world: int) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if case == "fsdp":
+        return init_device_mesh("cpu", (world,), mesh_dim_names=("shard",))
+    return init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("replicate", "shard"))
+
+
+def _refusals(world: int) -> list[str]:
+    """fsdp_sum_gradients on a model whose root was left unsharded: the ConfigError's text."""
+    from torch.distributed.fsdp import fully_shard
+
+    from fcp_data.errors import ConfigError
+    from fcp_exec.fsdp import fsdp_sum_gradients
+
+    mesh = _mesh("fsdp", world)
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    fully_shard(seq[0], mesh=mesh)  # seq[1] and the root stay plain: never reduced
+    try:
+        fsdp_sum_gradients(seq)
+    except ConfigError as e:
+        return [str(e)]
+    return []
+
+
+def fsdp_worker(rank: int, world: int, index: str, tok_path: str, state: str, out: str) -> None:
+    """Both cases of CASES through the same micro-batches; rank 0 saves what the test checks."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from fcp_exec import CPGroupCache, ReplicaRanks, cp_context
+    from fcp_exec.fsdp import fsdp_sum_gradients, fully_shard_for_fcp
+    from fcp_exec.hf import hf_attention_kwargs, hf_position_ids, register_attention
+
+    cache = CPGroupCache(ReplicaRanks(world_size=world))
+    mbs = list(make_idle_loader(Path(index), Path(tok_path), world, rank))
+    result: dict[str, Any] = {"refusals": _refusals(world)}
+    for case in CASES:
+        model = make_text_model("qwen3", Path(state), attn=register_attention())
+        enable_checkpointing(model)
+        calls = [0]
+        model.model.layers[0].self_attn.register_forward_hook(
+            lambda *_: calls.__setitem__(0, calls[0] + 1)
+        )
+        fully_shard_for_fcp(model, layers=model.model.layers, mesh=_mesh(case, world))
+        units = fsdp_sum_gradients(model)  # a second call: idempotent
+        loss_sum, seen = torch.zeros(()), []
+        for mb in mbs:
+            with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
+                logits = model(
+                    input_ids=mb.tokens[None],
+                    position_ids=hf_position_ids(mb),
+                    use_cache=False,
+                    **hf_attention_kwargs(mb, cp),
+                ).logits[0]
+                loss = token_loss(logits, mb.labels, mb.loss_mask) / mb.global_num_loss_tokens
+                loss.backward()
+                loss_sum += loss.detach()
+                seen.append((cp.degree, mb.is_placeholder))
+        dist.all_reduce(loss_sum)
+        per_rank: list[Any] = [None] * world
+        dist.all_gather_object(per_rank, seen)
+        grads, placements = {}, set()
+        for name, p in model.named_parameters():
+            assert isinstance(p.grad, DTensor), (case, name, type(p.grad))
+            placements.add(str(p.grad.placements))
+            grads[name] = p.grad.full_tensor()  # a collective: every rank, same order
+        result[case] = {
+            "loss": float(loss_sum),
+            "grads": grads,
+            "micro_batches": per_rank,
+            "placements": sorted(placements),
+            "fsdp_units": units,
+            "attention_calls": calls[0],
+        }
+    if rank == 0:
+        torch.save(result, out)
