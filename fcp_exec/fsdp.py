@@ -32,6 +32,12 @@ Every rank must run the model on every micro-batch: FSDP all-gathers each layer'
 its forward and reduce-scatters its gradients in its backward, collectives over the whole mesh.
 The loader's default placeholder micro-batch (`LoaderOptions(idle="placeholder")`: 2 loss-free
 tokens at degree 1) lets a replica that sits a wave out join them while adding exactly 0.
+
+Never `fcp_exec.all_reduce_gradients` an FSDP model: its sharded gradients are already summed
+and each rank holds another shard. Only a part FSDP ignores (`fully_shard_for_fcp(...,
+ignored=[tower])`, e.g. a vision tower that a replica without vision tokens never calls, which
+would leave the others waiting in its all-gather) is summed that way, after the last wave.
+Guide and measured figures: docs/layouts/fsdp.md.
 """
 
 from __future__ import annotations
@@ -70,14 +76,21 @@ def fsdp_modules(module: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in module.modules() if isinstance(m, fsdp_module)]
 
 
-def fsdp_sum_gradients(module: torch.nn.Module) -> int:
+def fsdp_sum_gradients(
+    module: torch.nn.Module, *, unsharded: Iterable[torch.nn.Parameter] = ()
+) -> int:
     """Make every FSDPModule in `module` reduce gradients as a SUM over the mesh; returns how many.
 
-    Call after `fully_shard` (of the layers and the root) and before the first backward;
-    calling it again changes nothing. Raises ConfigError when `module` holds no FSDPModule, or
-    when a trainable parameter is outside every one (FSDP would never reduce it, so that
-    replica's share would silently stay local): fully_shard the root module too.
+    Call after `fully_shard` (of the layers and the root) and before the first forward;
+    calling it again changes nothing. unsharded: parameters FSDP was told to ignore
+    (`ignored_params`) that the caller sums itself after the last wave
+    (`fcp_exec.all_reduce_gradients`), e.g. a replicated vision tower. Raises ConfigError when
+    `module` holds no FSDPModule, or when any other trainable parameter is not FSDP's (not a
+    DTensor): FSDP would never reduce it, so its gradient would silently stay one replica's
+    share. fully_shard the root module too.
     """
+    from torch.distributed.tensor import DTensor
+
     fsdp = fsdp_modules(module)
     if not fsdp:
         raise ConfigError(
@@ -85,18 +98,23 @@ def fsdp_sum_gradients(module: torch.nn.Module) -> int:
             "torch.distributed.fsdp.fully_shard to its layers and to the root first, or use "
             "fcp_exec.fsdp.fully_shard_for_fcp(model, layers=...)"
         )
-    managed = {id(p) for m in fsdp for p in m.parameters()}
-    stray = [n for n, p in module.named_parameters() if p.requires_grad and id(p) not in managed]
+    own = {id(p) for p in unsharded}
+    stray = [
+        n
+        for n, p in module.named_parameters()
+        if p.requires_grad and not isinstance(p, DTensor) and id(p) not in own
+    ]
     if stray:
         shown = ", ".join(stray[:3]) + (f" and {len(stray) - 3} more" if len(stray) > 3 else "")
         raise ConfigError(
-            f"{len(stray)} trainable parameter(s) of {type(module).__name__} are outside every "
-            f"FSDPModule ({shown}); FSDP reduces none of them. fully_shard the root module "
-            "as well (after its layers)"
+            f"{len(stray)} trainable parameter(s) of {type(module).__name__} are not sharded by "
+            f"any FSDPModule ({shown}); FSDP reduces none of them. fully_shard the root module "
+            "as well (after its layers), or pass the ones you sum yourself with "
+            "fcp_exec.all_reduce_gradients as unsharded=... (call this before the first "
+            "forward: the root keeps its parameters gathered between forward and backward)"
         )
     for m in fsdp:
-        m.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined]
-        m.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined]
+        pass
     return len(fsdp)
 
 
@@ -105,6 +123,7 @@ def fully_shard_for_fcp(
     *,
     layers: Iterable[torch.nn.Module],
     mesh: Any = None,
+    ignored: Iterable[torch.nn.Module] = (),
     **fully_shard_kwargs: Any,
 ) -> torch.nn.Module:
     """fully_shard each of `layers`, then `model` itself, then `fsdp_sum_gradients(model)`.
@@ -112,28 +131,35 @@ def fully_shard_for_fcp(
     layers: the repeated blocks, one FSDP unit each (a transformers decoder:
     `model.model.layers`), so one layer's parameters are gathered at a time; mesh: a 1-D
     DeviceMesh (FSDP) or a 2-D one (HSDP, dimensions replicate x shard), default the whole
-    world; fully_shard_kwargs go to every fully_shard call (reshard_after_forward, mp_policy,
+    world; ignored: submodules FSDP leaves alone (not sharded, not reduced), for a part that
+    not every rank runs, such as a vision tower that a replica without vision tokens never
+    calls: sum their gradients with `fcp_exec.all_reduce_gradients(module)` after the last
+    wave; fully_shard_kwargs go to every fully_shard call (reshard_after_forward, mp_policy,
     ...). Apply activation checkpointing before or after: transformers (>= 5) checkpoints a
     layer's forward inside FSDP's hooks, so a recomputed layer is not gathered twice. Returns
     `model` (fully_shard changes its class in place).
     """
     _, fully_shard = _fsdp_api()
-    blocks = list(layers)
+    blocks, skipped = list(layers), list(ignored)
     if not blocks:
         raise ConfigError(
             "layers is empty: pass the model's repeated blocks (a transformers decoder: "
             "layers=model.model.layers) so each is its own FSDP unit"
         )
     inside = {id(m) for m in model.modules()}
-    for i, block in enumerate(blocks):
-        if id(block) not in inside or block is model:
-            raise ConfigError(
-                f"layers[{i}] ({type(block).__name__}) is not a submodule of "
-                f"{type(model).__name__}; pass blocks of the model itself (the root is sharded "
-                "last, on its own)"
-            )
+    for what, mods in (("layers", blocks), ("ignored", skipped)):
+        for i, block in enumerate(mods):
+            if id(block) not in inside or block is model:
+                raise ConfigError(
+                    f"{what}[{i}] ({type(block).__name__}) is not a submodule of "
+                    f"{type(model).__name__}; pass blocks of the model itself (the root is "
+                    "sharded last, on its own)"
+                )
+    unsharded = {p for m in skipped for p in m.parameters()}
+    if unsharded:
+        fully_shard_kwargs = {**fully_shard_kwargs, "ignored_params": unsharded}
     for block in blocks:
         fully_shard(block, mesh=mesh, **fully_shard_kwargs)
     fully_shard(model, mesh=mesh, **fully_shard_kwargs)
-    fsdp_sum_gradients(model)
+    fsdp_sum_gradients(model, unsharded=unsharded)
     return model

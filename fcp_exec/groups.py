@@ -10,6 +10,13 @@ same order, or the job deadlocks. Every replica holds the full plan, so `CPGroup
 takes all rings of a wave and creates whatever is missing in plan order; since all ranks make
 the same calls, their LRU states (and hence evictions, which destroy the group) stay identical.
 Creating a gloo group of 2-5 ranks costs a few ms on one host; a cache hit is a dict lookup.
+
+Under TP x PP a ring needs TP x PP CP groups plus PP TP x CP groups, so one global batch at
+TP = 8 can need ~100 groups. `prepare_plan` pins every group of the batch (and `prepare` those
+of the wave in flight): eviction only ever takes groups of earlier batches, so a group is never
+destroyed between its creation and its use. Under megatron's pipeline schedule all groups of a
+batch must exist before the schedule runs (creating one inside a stage's forward deadlocks the
+stages that are waiting in send/recv), which is what `prepare_plan` is for.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch.distributed as dist
+
+from fcp_data.errors import ConfigError
 
 if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
     from fcp_data.planner.plan import Plan
@@ -37,9 +46,13 @@ class ReplicaRanks:
     pipeline_parallel: int = 1
 
     def __post_init__(self) -> None:
+        for name in ("world_size", "tensor_parallel", "pipeline_parallel"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name}={v!r} must be an integer >= 1")
         per = self.tensor_parallel * self.pipeline_parallel
-        if per < 1 or self.world_size % per:
-            raise ValueError(
+        if self.world_size % per:
+            raise ConfigError(
                 f"world_size={self.world_size} is not a multiple of TP*PP="
                 f"{self.tensor_parallel}*{self.pipeline_parallel}; fix the parallel sizes"
             )
@@ -90,18 +103,25 @@ class CPGroupCache:
     """LRU cache of process groups keyed by their global-rank tuple; evicted groups destroyed.
 
     The cache is an object the training loop holds (no module state). `capacity` bounds live
-    communicators: NCCL keeps buffers per communicator (tens of MB each), so keep it to the
-    number of distinct rings a few global batches use. `created` and `create_seconds` record
-    what switching cost.
+    communicators: NCCL keeps buffers per communicator (tens of MB each). None (the default)
+    keeps up to 64 groups of earlier batches and grows past that to hold every group of the
+    batch in flight; an explicit capacity is a hard bound, and a batch that needs more raises
+    ConfigError before any of its groups is used. `created` and `create_seconds` record what
+    switching cost.
     """
 
-    def __init__(self, ranks: ReplicaRanks, *, capacity: int = 64, backend: str | None = None):
-        if capacity < 1:
-            raise ValueError(f"capacity={capacity}: the cache must hold at least one group")
+    def __init__(
+        self, ranks: ReplicaRanks, *, capacity: int | None = None, backend: str | None = None
+    ):
+        if capacity is not None and (isinstance(capacity, bool) or capacity < 1):
+            raise ConfigError(f"capacity={capacity!r}: the cache must hold at least one group")
         self.ranks = ranks
         self.capacity = capacity
         self.backend = backend
         self._groups: OrderedDict[tuple[int, ...], dist.ProcessGroup] = OrderedDict()
+        self._plan_pins: frozenset[tuple[int, ...]] = frozenset()
+        self._wave_pins: frozenset[tuple[int, ...]] = frozenset()
+        self._dp_groups: dict[tuple[int, ...], dist.ProcessGroup] | None = None
         self.created = 0
         self.evicted = 0
         self.create_seconds = 0.0
@@ -116,16 +136,60 @@ class CPGroupCache:
         """Create the groups of these rings (replica indices) that are missing. COLLECTIVE:
         every rank must call it with the same rings in the same order (e.g. all of a wave's
         `CPGroup.replicas`)."""
-        for replicas in rings:
-            for key in self.ranks.all_rank_sets(replicas):
-                self._touch_or_create(tuple(sorted(key)))
+        keys = self._keys(rings)
+        self._wave_pins = frozenset(keys)
+        self._check_fits(self._plan_pins | self._wave_pins, "one wave and its batch")
+        for key in keys:
+            self._touch_or_create(key)
 
     def prepare_plan(self, plan: Plan) -> None:
-        """`prepare` every wave's rings of a global-batch `fcp_data.planner.Plan`, in order.
-        COLLECTIVE. The cache's capacity must cover the distinct rings of one global batch (at
-        most num_replicas x num_waves x TP x PP), or early ones are evicted before use."""
-        for wave in plan.waves:
-            self.prepare(group.replicas for group in wave.groups)
+        """Create every group of a global-batch `fcp_data.planner.Plan` (all waves, in order)
+        and pin them until the next `prepare_plan`. COLLECTIVE. Call it before the first
+        micro-batch of the batch (before megatron's pipeline schedule runs); raises
+        ConfigError when an explicit capacity cannot hold the batch's groups."""
+        keys = self._keys(g.replicas for wave in plan.waves for g in wave.groups)
+        self._plan_pins = frozenset(keys)
+        self._wave_pins = frozenset()
+        self._check_fits(self._plan_pins, "one global batch")
+        for key in keys:
+            self._touch_or_create(key)
+
+    def groups_needed(self, plan: Plan) -> int:
+        """Distinct process groups (CP and TP x CP, every PP stage) one batch's plan needs."""
+        return len(self._keys(g.replicas for wave in plan.waves for g in wave.groups))
+
+    def _keys(self, rings: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
+        keys: dict[tuple[int, ...], None] = {}  # ordered, each once
+        for replicas in rings:
+            for key in self.ranks.all_rank_sets(replicas):
+                keys[tuple(sorted(key))] = None
+        return list(keys)
+
+    def _check_fits(self, pins: frozenset[tuple[int, ...]], what: str) -> None:
+        if self.capacity is not None and len(pins) > self.capacity:
+            raise ConfigError(
+                f"{what} needs {len(pins)} process groups (CP and TP x CP groups of every ring "
+                f"and PP stage; TP={self.ranks.tensor_parallel}, "
+                f"PP={self.ranks.pipeline_parallel}) but CPGroupCache(capacity="
+                f"{self.capacity}); raise capacity to at least {len(pins)} or leave it None"
+            )
+
+    def data_parallel_group(self) -> dist.ProcessGroup | None:
+        """The group of every replica at this rank's (TP rank, PP stage): the domain fcp's
+        gradient sum runs over. None (the world) when TP = PP = 1. COLLECTIVE on first call
+        (one `new_group` per TP x PP position, on every rank); kept for the cache's life."""
+        r = self.ranks
+        if r.tensor_parallel * r.pipeline_parallel == 1:
+            return None
+        if self._dp_groups is None:
+            self._dp_groups = {}
+            for pp in range(r.pipeline_parallel):
+                for tp in range(r.tensor_parallel):
+                    key = tuple(r.global_rank(n, tp, pp) for n in range(r.num_replicas))
+                    self._dp_groups[key] = dist.new_group(list(key), backend=self.backend)
+        _, tp, pp = r.position(dist.get_rank())
+        key = tuple(r.global_rank(n, tp, pp) for n in range(r.num_replicas))
+        return self._dp_groups[key]
 
     def get(self, ranks: Sequence[int]) -> dist.ProcessGroup:
         """The cached group of these global ranks; LookupError (never a hang) when missing.
@@ -151,8 +215,13 @@ class CPGroupCache:
         self.create_seconds += time.perf_counter() - start
         self.created += 1
         self._groups[key] = group
-        while len(self._groups) > self.capacity:
-            _, old = self._groups.popitem(last=False)
+        bound = 64 if self.capacity is None else self.capacity
+        pins = self._plan_pins | self._wave_pins
+        while len(self._groups) > bound:
+            victim = next((k for k in self._groups if k not in pins), None)
+            if victim is None:  # only groups of the batch in flight: keep them all
+                break
+            old = self._groups.pop(victim)
             self.evicted += 1
             if old is not None and old != dist.GroupMember.NON_GROUP_MEMBER:
                 dist.destroy_process_group(old)
@@ -163,3 +232,4 @@ class CPGroupCache:
             _, old = self._groups.popitem(last=False)
             if old is not None and old != dist.GroupMember.NON_GROUP_MEMBER:
                 dist.destroy_process_group(old)
+        self._plan_pins = self._wave_pins = frozenset()

@@ -40,6 +40,8 @@ __all__ = [
     "ActiveCPGroup",
     "FCPCoreAttention",
     "FCPPackedSeqParams",
+    "TorchNorm",
+    "fcp_gpt_spec",
     "fcp_process_groups",
     "keep_rotary_on_cpu",
     "packed_seq_params",
@@ -108,6 +110,71 @@ def packed_seq_params(
         local_cp_size=max(mb.rank_plan.degree, 1),
         cp_group=cp_group,
     )
+
+
+class TorchNorm:
+    """torch LayerNorm / RMSNorm as a megatron norm module that also works under sequence parallel.
+
+    megatron's fallback without Apex or Transformer Engine (`WrappedTorchNorm`) refuses
+    `sequence_parallel=True`; the fused norms only differ by marking their parameters
+    `sequence_parallel`, so that the TP sum of their partial gradients (each TP rank normalises
+    1/TP of the tokens) finds them. This does the same on any device.
+    """
+
+    def __new__(
+        cls,
+        config: TransformerConfig,
+        hidden_size: int,
+        eps: float = 1e-5,
+        persist_layer_norm: bool = False,
+        zero_centered_gamma: bool = False,
+        normalization: str = "LayerNorm",
+    ) -> torch.nn.Module:
+        kind = getattr(config, "normalization", normalization)
+        if kind == "RMSNorm":
+            norm: torch.nn.Module = torch.nn.RMSNorm(hidden_size, eps=eps)
+        elif kind == "LayerNorm":
+            norm = torch.nn.LayerNorm(hidden_size, eps=eps)
+        else:
+            raise ValueError(f"normalization={kind!r}: TorchNorm has LayerNorm and RMSNorm")
+        for p in norm.parameters():
+            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+        return norm
+
+
+def fcp_gpt_spec(config: TransformerConfig, *, vp_stage: int | None = None) -> Any:
+    """GPTModel's `transformer_layer_spec` for this pipeline stage: megatron's local layer spec
+    with FCPCoreAttention and `TorchNorm` (sequence-parallel capable) in every norm slot.
+
+    With Transformer Engine, swap `core_attention` in TE's spec instead (same one line).
+    """
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
+
+    spec = get_gpt_layer_local_spec(
+        qk_layernorm=bool(config.qk_layernorm), normalization=config.normalization
+    )
+    sub = spec.submodules
+    sub.self_attention.submodules.core_attention = FCPCoreAttention
+    norms = (WrappedTorchNorm, *_fused_norms())
+    for holder in (sub, sub.self_attention.submodules):
+        for name in vars(holder):
+            if any(getattr(holder, name) is norm for norm in norms):
+                setattr(holder, name, TorchNorm)
+    layers = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(layer_specs=[spec] * layers, layer_norm=TorchNorm)
+
+
+def _fused_norms() -> tuple[type, ...]:
+    try:
+        from megatron.core.fusions.fused_layer_norm import FusedLayerNorm
+    except ImportError:
+        return ()
+    return (FusedLayerNorm,)
 
 
 def _emb_without_device_move(self: RotaryEmbedding, max_seq_len: int, offset: int = 0) -> Any:

@@ -6,6 +6,9 @@ One meaning per flag across the command line:
   --device     (only `fcp profile`) the torch device to time on: cpu, cuda, cuda:1, npu
   --cost       a measured cost profile: a shipped name (cpu-small) or a JSON path
   --strategy   the one planner to use; --strategies: several, side by side
+  --tp/--pp/--sequence-parallel/--zero/--recompute  the replica's layout: compute and ring links
+               of the analytic cost, the pad unit, replicas per node, and the derived
+               --tokens-per-replica (docs/memory.md)
   -o/--output  the file or directory a command writes
 Lengths come from exactly one source: --plan (view only), --index, --shards, --lengths or a
 synthetic --distribution (github when none is given).
@@ -15,19 +18,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..planner import DEVICES, DISTRIBUTIONS, MODELS, Cluster, CostModel, generate_lengths
+from ..planner.memory import (
+    DEFAULT_RESERVE,
+    RECOMPUTE,
+    ZERO_STAGES,
+    MemoryBudget,
+    ParallelLayout,
+    derive_tokens_per_replica,
+    replicas_per_node,
+)
 
 __all__ = [
     "add_problem_args",
     "batch_from_args",
+    "cluster_and_budget_from_args",
     "cluster_from_args",
     "cost_from_args",
+    "layout_from_args",
     "lengths_from_args",
+    "print_budget",
 ]
 
 
@@ -70,8 +86,9 @@ def add_problem_args(p: argparse.ArgumentParser, *, saved_plan: bool = False) ->
     cl.add_argument(
         "--tokens-per-replica",
         type=int,
-        default=16384,
-        help="tokens one replica holds (default 16384); 0: derive it from --hardware memory",
+        default=None,
+        help="tokens one replica holds; default (or 0): derived from --hardware memory, --model "
+        "and the layout flags below (docs/memory.md)",
     )
     cl.add_argument(
         "--model",
@@ -91,6 +108,43 @@ def add_problem_args(p: argparse.ArgumentParser, *, saved_plan: bool = False) ->
     )
     cl.add_argument(
         "--full-attention", action="store_true", help="plan every sequence as bidirectional (eta)"
+    )
+    lay = p.add_argument_group("replica layout (docs/memory.md)")
+    lay.add_argument(
+        "--tp", type=int, default=1, help="tensor-parallel devices per replica (default 1)"
+    )
+    lay.add_argument(
+        "--pp", type=int, default=1, help="pipeline-parallel stages per replica (default 1)"
+    )
+    lay.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="megatron sequence parallel: activations split over TP, sequences padded to 2d x TP",
+    )
+    lay.add_argument(
+        "--zero",
+        type=int,
+        choices=ZERO_STAGES,
+        default=1,
+        help="ZeRO stage over the N replicas: 0 none, 1 optimizer states (megatron's "
+        "distributed optimizer, the default), 2 and gradients, 3 and weights (FSDP)",
+    )
+    lay.add_argument(
+        "--recompute",
+        choices=RECOMPUTE,
+        default="selective",
+        help="activation recompute (default selective; full keeps only each layer's input)",
+    )
+    lay.add_argument(
+        "--devices-per-node",
+        type=int,
+        help="devices per node (default: the hardware's); replicas per node = this // (TP x PP)",
+    )
+    lay.add_argument(
+        "--memory-reserve",
+        type=float,
+        default=DEFAULT_RESERVE,
+        help="device memory kept back: a fraction < 1 (default 0.1) or bytes (8e9)",
     )
 
 
@@ -133,7 +187,8 @@ def batch_from_args(args: argparse.Namespace) -> object:
 
 
 def cost_from_args(args: argparse.Namespace) -> CostModel:
-    """--cost (shipped name or path) if given, else the analytic --model on --hardware."""
+    """--cost (shipped name or path) if given, else the analytic --model on --hardware, for a
+    replica of --tp x --pp devices (a profile is taken as measured on one replica)."""
     if args.cost is not None:
         from ..profiling.shipped import resolve_cost
 
@@ -146,22 +201,99 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
             raise ConfigError(
                 f"{flag} {value!r} is not a preset; known: {', '.join(sorted(table))}"
             )
-    return CostModel.from_model(args.model, args.hardware)
+    return CostModel.from_model(
+        args.model,
+        args.hardware,
+        tensor_parallel=_layout_int(args, "tp"),
+        pipeline_parallel=_layout_int(args, "pp"),
+    )
+
+
+def _layout_int(args: argparse.Namespace, name: str) -> int:
+    value = getattr(args, name, 1)
+    if value < 1:
+        raise ConfigError(f"--{name} {value} must be >= 1 (devices per replica)")
+    return value
+
+
+def layout_from_args(args: argparse.Namespace) -> ParallelLayout:
+    """The replica layout of --tp, --pp, --sequence-parallel, --zero and --recompute."""
+    tp, pp = _layout_int(args, "tp"), _layout_int(args, "pp")
+    if args.sequence_parallel and tp == 1:
+        raise ConfigError("--sequence-parallel needs --tp > 1 (it splits activations over TP)")
+    return ParallelLayout(
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        sequence_parallel=bool(args.sequence_parallel),
+        zero_stage=args.zero,
+        recompute=args.recompute,
+    )
+
+
+def _replicas_per_node(args: argparse.Namespace, layout: ParallelLayout) -> int:
+    """--replicas-per-node, else devices per node (flag or hardware) // (TP x PP)."""
+    dev = DEVICES.get(str(args.hardware).lower())
+    dpn = args.devices_per_node
+    if dpn is not None and dpn < 1:
+        raise ConfigError(f"--devices-per-node {dpn} must be >= 1")
+    rpn = args.replicas_per_node
+    if rpn is not None:
+        if dpn is not None:
+            derived = replicas_per_node(dpn, layout.tensor_parallel, layout.pipeline_parallel)
+            if derived != rpn:
+                raise ConfigError(
+                    f"--replicas-per-node {rpn} contradicts --devices-per-node {dpn} at "
+                    f"TP x PP = {layout.devices} ({derived} per node); give one of them"
+                )
+        return rpn
+    if dpn is None:
+        if dev is None:
+            return args.replicas  # an unknown accelerator: one node, as before
+        dpn = dev.replicas_per_node
+    return replicas_per_node(dpn, layout.tensor_parallel, layout.pipeline_parallel)
+
+
+def cluster_and_budget_from_args(
+    args: argparse.Namespace,
+) -> tuple[Cluster, MemoryBudget | None]:
+    """The cluster of the flags and, when --tokens-per-replica is not given (or 0), the memory
+    budget it was derived from (`memory.derive_tokens_per_replica`); None when given."""
+    layout = layout_from_args(args)
+    rpn = _replicas_per_node(args, layout)
+    if args.tokens_per_replica:
+        return (
+            Cluster(
+                args.replicas,
+                replicas_per_node=rpn,
+                tokens_per_replica=args.tokens_per_replica,
+                tensor_parallel=layout.tensor_parallel,
+                pipeline_parallel=layout.pipeline_parallel,
+                sequence_parallel=layout.sequence_parallel,
+            ),
+            None,
+        )
+    for flag, value, table in (
+        ("--model", args.model, MODELS),
+        ("--hardware", args.hardware, DEVICES),
+    ):
+        if str(value).lower() not in table:
+            raise ConfigError(
+                f"{flag} {value!r} is not a preset; known: {', '.join(sorted(table))} (the "
+                "memory model derives --tokens-per-replica from both; or give it)"
+            )
+    dev = DEVICES[str(args.hardware).lower()]
+    budget = derive_tokens_per_replica(
+        args.model, layout, dev.memory_bytes, args.replicas, reserve=args.memory_reserve
+    )
+    return Cluster.from_budget(budget, replicas_per_node=rpn), budget
 
 
 def cluster_from_args(args: argparse.Namespace) -> Cluster:
-    """Replicas, replicas per node and per-replica memory from the cluster flags."""
-    dev = DEVICES.get(str(args.hardware).lower())
-    rpn = args.replicas_per_node
-    if rpn is None:
-        rpn = dev.replicas_per_node if dev is not None else args.replicas
-    if args.tokens_per_replica:
-        return Cluster(
-            args.replicas, replicas_per_node=rpn, tokens_per_replica=args.tokens_per_replica
-        )
-    if dev is None:
-        raise ConfigError(
-            f"--tokens-per-replica 0 needs a known --hardware; got {args.hardware!r} "
-            f"(known: {', '.join(sorted(DEVICES))})"
-        )
-    return Cluster(args.replicas, replicas_per_node=rpn, memory_bytes=dev.memory_bytes)
+    """Replicas, replicas per node, layout and per-replica tokens from the cluster flags."""
+    return cluster_and_budget_from_args(args)[0]
+
+
+def print_budget(budget: MemoryBudget | None, *, to_stderr: bool = False) -> None:
+    """The derivation of tokens_per_replica in two lines (stderr when stdout carries JSON)."""
+    if budget is not None:
+        print(budget.summary(), file=sys.stderr if to_stderr else sys.stdout)

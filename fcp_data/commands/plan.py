@@ -9,7 +9,13 @@ from collections import Counter
 from pathlib import Path
 
 from ..planner import STRATEGIES, plan_global_batch
-from ._common import add_problem_args, batch_from_args, cluster_from_args, cost_from_args
+from ._common import (
+    add_problem_args,
+    batch_from_args,
+    cluster_and_budget_from_args,
+    cost_from_args,
+    print_budget,
+)
 
 __all__ = ["register"]
 
@@ -45,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     batch = batch_from_args(args)
     lens = batch.seqlens
     causal = False if args.full_attention else batch.causal
-    cluster, cost = cluster_from_args(args), cost_from_args(args)
+    (cluster, budget), cost = cluster_and_budget_from_args(args), cost_from_args(args)
+    print_budget(budget, to_stderr=args.json)
     t0 = time.perf_counter()
     plan = plan_global_batch(lens, cluster, cost, strategy=args.strategy, causal=causal)
     ms = (time.perf_counter() - t0) * 1e3

@@ -12,7 +12,13 @@ import numpy as np
 from ..planner import STRATEGIES
 from ..planner.compare import DEFAULT_STRATEGIES, compare_strategies
 from ..viewer.summary import print_comparison
-from ._common import add_problem_args, batch_from_args, cluster_from_args, cost_from_args
+from ._common import (
+    add_problem_args,
+    batch_from_args,
+    cluster_and_budget_from_args,
+    cost_from_args,
+    print_budget,
+)
 
 __all__ = ["register", "run"]
 
@@ -42,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     batch = batch_from_args(args)
     lens = batch.seqlens
     causal = False if args.full_attention else batch.causal
-    cluster, cost = cluster_from_args(args), cost_from_args(args)
+    (cluster, budget), cost = cluster_and_budget_from_args(args), cost_from_args(args)
+    print_budget(budget, to_stderr=args.json)
     results = compare_strategies(lens, cluster, cost, args.strategies, causal=causal)
     rows = [
         {

@@ -9,6 +9,7 @@ from .api import STRATEGIES, plan_global_batch
 from .cluster import Cluster
 from .cost import CostModel
 from .generators import DISTRIBUTIONS, generate_lengths
+from .memory import MemoryBudget, ParallelLayout, derive_tokens_per_replica
 from .plan import CPGroup, Plan, RankPlan, Wave, structure_digest
 from .presets import DEVICES, MODELS, DeviceSpec, ModelSpec
 from .simulate import Score, lower_bound_of, score_plan
@@ -26,13 +27,16 @@ __all__ = [
     "CostModel",
     "DeviceSpec",
     "EncoderSpec",
+    "MemoryBudget",
     "ModelSpec",
+    "ParallelLayout",
     "Plan",
     "RankPlan",
     "Score",
     "VisionCost",
     "VisionWork",
     "Wave",
+    "derive_tokens_per_replica",
     "generate_lengths",
     "lower_bound_of",
     "padded_length",

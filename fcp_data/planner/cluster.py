@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .memory import MemoryBudget
 
 __all__ = ["Cluster"]
 
@@ -105,6 +109,44 @@ class Cluster:
         if not isinstance(sequence_parallel, (bool, np.bool_)):
             raise ConfigError(f"sequence_parallel={sequence_parallel!r} must be True or False")
         object.__setattr__(self, "sequence_parallel", bool(sequence_parallel))
+
+    @classmethod
+    def from_budget(
+        cls,
+        budget: MemoryBudget,
+        *,
+        devices_per_node: int | None = None,
+        replicas_per_node: int | None = None,
+        speed: tuple[float, ...] | list[float] | np.ndarray | None = None,
+    ) -> Cluster:
+        """The cluster a derived memory budget describes (`memory.derive_tokens_per_replica`):
+        its N replicas, tokens_per_replica and layout (TP, PP, sequence parallel).
+
+        Replicas per node follow the layout: `devices_per_node` // (TP × PP), 8 H200 at TP = 8
+        -> 1 (`memory.replicas_per_node`); or give `replicas_per_node` itself. Both given and
+        disagreeing raises ConfigError.
+        """
+        from .memory import replicas_per_node as rpn_of
+
+        lay = budget.layout
+        rpn = replicas_per_node
+        if devices_per_node is not None:
+            derived = rpn_of(devices_per_node, lay.tensor_parallel, lay.pipeline_parallel)
+            if rpn is not None and rpn != derived:
+                raise ConfigError(
+                    f"replicas_per_node={rpn} contradicts devices_per_node={devices_per_node} at "
+                    f"TP x PP = {lay.devices} ({derived} replicas per node); give one of them"
+                )
+            rpn = derived
+        return cls(
+            budget.num_replicas,
+            replicas_per_node=rpn,
+            tokens_per_replica=budget.tokens_per_replica,
+            speed=speed,
+            tensor_parallel=lay.tensor_parallel,
+            pipeline_parallel=lay.pipeline_parallel,
+            sequence_parallel=lay.sequence_parallel,
+        )
 
     @property
     def pad_unit(self) -> int:

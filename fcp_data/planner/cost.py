@@ -231,16 +231,35 @@ class CostModel:
     # ---- construction ------------------------------------------------------------------
     @classmethod
     def from_model(
-        cls, model: str | ModelSpec, device: str | DeviceSpec, **overrides: Any
+        cls,
+        model: str | ModelSpec,
+        device: str | DeviceSpec,
+        *,
+        tensor_parallel: int = 1,
+        pipeline_parallel: int = 1,
+        pipeline_micro_batches: int = 8,
+        **overrides: Any,
     ) -> CostModel:
         """Estimate coefficients from a model config and a device (no profile needed).
 
         `model` and `device` are preset names (`"qwen3-8b"`, `"h200"`, ...; see
-        `fcp_data.planner.presets`) or specs. Keyword overrides replace single coefficients.
+        `fcp_data.planner.presets`) or specs. A replica is `tensor_parallel` ×
+        `pipeline_parallel` devices: TP = 8 gives it 8x the compute of one device and 8 rings
+        in parallel, each carrying 1/8 of the K/V bytes; PP stages pipeline with the 1F1B
+        bubble of `pipeline_micro_batches` micro-batches (`presets.estimate_cost_model`).
+        Keyword overrides replace single coefficients. A TP that does not divide the heads or
+        KV heads raises ConfigError.
         """
         from .presets import estimate_cost_model
 
-        return replace(estimate_cost_model(model, device), **overrides)
+        est = estimate_cost_model(
+            model,
+            device,
+            tensor_parallel=tensor_parallel,
+            pipeline_parallel=pipeline_parallel,
+            pipeline_micro_batches=pipeline_micro_batches,
+        )
+        return replace(est, **overrides)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps({"fcp_cost_model": 1, **asdict(self)}, indent=2))

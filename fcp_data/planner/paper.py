@@ -168,7 +168,14 @@ def paper_schedule(
     comm = np.bincount(b, weights=prob.comm[ids], minlength=group_dmin.size)
     first = max(1, -(-int(group_dmin.sum()) // prob.num_replicas))
     best: tuple[np.ndarray, np.ndarray, np.ndarray, float, int] | None = None
-    for waves in range(first, first + tries):
+    counts = list(range(first, first + tries))
+    # Σ dmin / N waves is a bound, not a packing: 9 groups of degree 2 on 3 replicas fit one per
+    # wave, not 6 waves. One wave per group always deals (every dmin <= N), so it is the last
+    # resort when the tries found no dealing.
+    counts.append(max(group_dmin.size, first + tries))
+    for waves in counts:
+        if best is not None and waves >= first + tries:
+            break
         group_order, starts, degs, makespan = _paper_waves(
             att,
             lin,

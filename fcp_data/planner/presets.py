@@ -8,6 +8,10 @@ selective recomputation (34·h bytes per token per layer, Korthikanti et al. 202
 of 6 bytes per parameter (bf16 weights + fp32 grads; Adam states sharded by a distributed
 optimizer) and the ring traffic fcp_exec really sends per layer: bf16 K and V forward and
 backward plus fp32 dK and dV (`cost.ring_bytes_per_token`).
+A replica of TP x PP devices (`tensor_parallel=`, `pipeline_parallel=`) gets TP times the
+compute, PP times less the 1F1B bubble, and one ring per TP rank (`estimate_cost_model`); the
+exact memory of such a layout is `memory.derive_tokens_per_replica`, not the coarse
+`bytes_per_token` / `static_bytes` here.
 A fitted profile (`fcp profile`) replaces all of this with measurements.
 The vision-language models name their encoder (`ModelSpec.encoder`); its VisionCost
 (`vision_presets`: encoder fwd+bwd per unit, decode per megapixel) rides on the estimate as
@@ -16,13 +20,23 @@ The vision-language models name their encoder (`ModelSpec.encoder`); its VisionC
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ..errors import ConfigError
 from .cost import CostModel, ring_bytes_per_token
 from .vision_presets import estimate_vision_cost
 
-__all__ = ["DEVICES", "MODELS", "DeviceSpec", "ModelSpec", "VisionSpec", "estimate_cost_model"]
+__all__ = [
+    "DEVICES",
+    "MODELS",
+    "DeviceSpec",
+    "ModelSpec",
+    "VisionSpec",
+    "check_tensor_parallel",
+    "estimate_cost_model",
+    "pipeline_speedup",
+]
 
 LINEAR_MFU = 0.55
 ATTENTION_MFU = 0.45
@@ -55,6 +69,7 @@ class ModelSpec:
     head_dim: int | None = None
     vision: VisionSpec | None = None
     encoder: str | None = None  # vision_presets.ENCODERS name: the planner's vision cost
+    qk_norm: bool = False  # RMSNorm on Q and K per head (Qwen3): their inputs are kept too
 
     @property
     def dim_head(self) -> int:
@@ -102,6 +117,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=6144,
             vocab=_QWEN3_VOCAB,
             head_dim=128,
+            qk_norm=True,
         ),
         ModelSpec(
             name="qwen3-4b",
@@ -112,6 +128,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=9728,
             vocab=_QWEN3_VOCAB,
             head_dim=128,
+            qk_norm=True,
         ),
         ModelSpec(
             name="qwen3-8b",
@@ -122,6 +139,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=12288,
             vocab=_QWEN3_VOCAB,
             head_dim=128,
+            qk_norm=True,
         ),
         ModelSpec(
             name="llama3.2-1b",
@@ -148,6 +166,17 @@ MODELS: dict[str, ModelSpec] = {
             heads=32,
             kv_heads=8,
             ffn=14336,
+            vocab=_LLAMA3_VOCAB,
+        ),
+        # Llama 3 / 3.1 70B: 80 layers, GQA with 8 KV heads of 128, untied LM head; 70.6e9
+        # parameters by `ModelSpec.params` (the published 70.6B). Trained at TP = 8.
+        ModelSpec(
+            name="llama3-70b",
+            layers=80,
+            hidden=8192,
+            heads=64,
+            kv_heads=8,
+            ffn=28672,
             vocab=_LLAMA3_VOCAB,
         ),
         # Table 8 (MLLMs): the language model of each, plus its vision encoder.
@@ -193,6 +222,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=6144,
             vocab=_QWEN3_VOCAB,
             head_dim=128,
+            qk_norm=True,
             vision=_QWEN3_VIT,
             encoder="qwen3-vl-vit",
         ),
@@ -205,6 +235,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=9728,
             vocab=_QWEN3_VOCAB,
             head_dim=128,
+            qk_norm=True,
             vision=_QWEN3_VIT,
             encoder="qwen3-vl-vit",
         ),
@@ -217,6 +248,7 @@ MODELS: dict[str, ModelSpec] = {
             ffn=12288,
             vocab=_QWEN3_VOCAB,
             head_dim=128,
+            qk_norm=True,
             vision=_QWEN3_VIT_8B,
             encoder="qwen3-vl-vit-8b",
         ),
@@ -275,10 +307,100 @@ def _lookup(table: dict[str, Any], name: str, what: str) -> Any:
     return table[key]
 
 
-def estimate_cost_model(model: str | ModelSpec, device: str | DeviceSpec) -> CostModel:
-    """Analytic coefficients for `model` on `device` (see the module docstring for assumptions)."""
+def check_tensor_parallel(m: ModelSpec, tensor_parallel: int) -> None:
+    """ConfigError unless TP splits the model's heads evenly (megatron-core asserts both
+    num_attention_heads % TP == 0 and num_query_groups % TP == 0: Llama3-70B's 64 heads and 8
+    KV heads allow TP 1, 2, 4, 8; Qwen3-8B's 8 KV heads the same)."""
+    for what, count in (("attention heads", m.heads), ("KV heads", m.kv_heads)):
+        if count % tensor_parallel:
+            ok = [t for t in range(1, count + 1) if m.heads % t == 0 and m.kv_heads % t == 0]
+            raise ConfigError(
+                f"tensor_parallel={tensor_parallel} does not divide the {count} {what} of "
+                f"{m.name}: each TP rank must hold whole heads; use one of {ok}"
+            )
+
+
+def pipeline_speedup(pipeline_parallel: int, micro_batches: int) -> float:
+    """Throughput of PP stages over one device under 1F1B: PP × m / (m + PP − 1).
+
+    A step of m micro-batches takes (m + PP − 1) stage-times instead of m × PP: the fill and
+    drain bubble idles each stage PP − 1 stage-times. PP = 4 with m = 8 gives 2.91x, not 4x;
+    PP = 1 gives exactly 1.
+    """
+    return pipeline_parallel * micro_batches / (micro_batches + pipeline_parallel - 1)
+
+
+def _whole(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}={value!r} must be an integer >= 1")
+    return value
+
+
+def estimate_cost_model(
+    model: str | ModelSpec,
+    device: str | DeviceSpec,
+    *,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    pipeline_micro_batches: int = 8,
+) -> CostModel:
+    """Analytic coefficients for `model` on `device` (see the module docstring for assumptions).
+
+    A replica is TP × PP devices. TP devices share every layer, each holding 1/TP of the heads
+    and of the MLP: the compute terms (alpha1, alpha2, alpha_vision) are divided by TP (the 55% /
+    45% MFU figures are those of large TP = 8 runs, so they already carry the TP collectives),
+    and each TP rank runs its own ring over its KV heads, so the ring bytes per link (alpha3)
+    are divided by TP while the TP links carry them in parallel. PP stages pipeline the layers:
+    compute is divided by `pipeline_speedup(PP, pipeline_micro_batches)` (1F1B, bubble
+    included; PP = 4, m = 8: 2.91x), and each stage's ring moves only its layers' K/V, so
+    alpha3 is divided by PP and beta2 (per-layer handshakes) too. beta1 (kernel launches) is
+    per device, not divided by TP; it is divided by the pipeline speedup like the compute.
+    Llama3-70B at TP = 8 on H200: alpha2 = 0.096 ms per token per replica instead of 0.767 ms
+    on one device; alpha3 = 163,840 B per token per link instead of 1,310,720 B.
+    `bytes_per_token` and `static_bytes` (the coarse `memory_bytes` path) become per device:
+    activations / TP, model states / (TP × PP); `fcp_data.planner.memory` derives the exact
+    budget of a layout.
+    """
     m = _lookup(MODELS, model, "model") if isinstance(model, str) else model
     dev = _lookup(DEVICES, device, "device") if isinstance(device, str) else device
+    tp = _whole("tensor_parallel", tensor_parallel)
+    pp = _whole("pipeline_parallel", pipeline_parallel)
+    mb = _whole("pipeline_micro_batches", pipeline_micro_batches)
+    check_tensor_parallel(m, tp)
+    if m.layers % pp:
+        raise ConfigError(
+            f"pipeline_parallel={pp} does not divide the {m.layers} layers of {m.name}: "
+            "megatron-core gives every stage the same number of layers; use a divisor of "
+            f"{m.layers}"
+        )
+    cost = _estimate_one_device(m, dev)
+    if tp == 1 and pp == 1:
+        return cost
+    compute = tp * pipeline_speedup(pp, mb)
+    return replace(
+        cost,
+        alpha1=cost.alpha1 / compute,
+        alpha2=cost.alpha2 / compute,
+        alpha_vision=cost.alpha_vision / compute,
+        alpha3=cost.alpha3 / (tp * pp),
+        beta1=cost.beta1 / pipeline_speedup(pp, mb),
+        beta2=cost.beta2 / pp,
+        bytes_per_token=cost.bytes_per_token / tp,
+        static_bytes=cost.static_bytes / (tp * pp),
+        name=f"{m.name}@{dev.name} TP={tp} PP={pp} (analytic)",
+        vision=None
+        if cost.vision is None
+        else replace(  # the encoder runs on the replica's devices too; decoding does not
+            cost.vision,
+            seconds_per_patch=cost.vision.seconds_per_patch / compute,
+            seconds_per_unit=cost.vision.seconds_per_unit / compute,
+            seconds_per_window_pair=cost.vision.seconds_per_window_pair / compute,
+            seconds_per_full_pair=cost.vision.seconds_per_full_pair / compute,
+        ),
+    )
+
+
+def _estimate_one_device(m: ModelSpec, dev: DeviceSpec) -> CostModel:
     hd = m.dim_head
     q_dim, kv_dim = m.heads * hd, m.kv_heads * hd
     # Forward FLOPs per token of the per-token layers: QKVO projections, SwiGLU MLP, LM head.

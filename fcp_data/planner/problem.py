@@ -57,10 +57,11 @@ class Problem:
     holds and `unit` the layout's pad unit (`Cluster.pad_unit`: TP under sequence parallel,
     else 1): a group of degree d fits when Σ_k shard_tokens(s_k, d, unit) <= cap, the shard
     the collator allocates (TP = 8 under sequence parallel: a 21-token sequence at d = 1 holds
-    16 tokens, not 22). `allowed[d]` whether degree d may be used, `cost_params` the kernels' packed cost
-    constants (see `kernels`). With `vision` (a batch's priced vision work), `lin` also holds
-    each sequence's vision replica-seconds (what the candidates balance) and the scorer adds
-    each group's exact vision time (`vision_cost`); `lin_llm` is the language model's part.
+    32 tokens, not 22). `allowed[d]` whether degree d may be used, `cost_params` the kernels'
+    packed cost constants (see `kernels`). With `vision` (a batch's priced vision work), `lin`
+    also holds each sequence's vision replica-seconds (what the candidates balance) and the
+    scorer adds each group's exact vision time (`vision_cost`); `lin_llm` is the language
+    model's part.
     """
 
     cost: CostModel

@@ -112,8 +112,66 @@ def _refusals(world: int) -> list[str]:
     return []
 
 
+class _Tower(torch.nn.Module):
+    """A decoder of 2 FSDP layers and a 'tower' only some ranks call (a vision tower's shape)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tower = torch.nn.Linear(3, 4)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)])
+
+    def forward(self, x: torch.Tensor, media: torch.Tensor | None = None) -> torch.Tensor:
+        if media is not None:
+            x = x + self.tower(media)
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x.sum()
+
+
+def _tower_inputs(rank: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    g = torch.Generator().manual_seed(100 + rank)
+    media = torch.randn(5, 3, generator=g) if rank % 2 == 0 else None  # odd ranks: text only
+    return torch.randn(5, 4, generator=g), media
+
+
+def _ignored_tower_error(rank: int, world: int) -> float:
+    """fully_shard_for_fcp(ignored=[tower]) + all_reduce_gradients(tower) vs the summed grads.
+
+    Only even ranks call the tower; FSDP never sees it, so odd ranks skip it without leaving
+    anyone in a collective. Returns the worst relative error against the sum over ranks of an
+    unsharded copy's gradients (computed on every rank from every rank's inputs).
+    """
+    from fcp_exec import all_reduce_gradients
+    from fcp_exec.fsdp import fully_shard_for_fcp
+
+    torch.manual_seed(5)
+    ref = _Tower()
+    model = _Tower()
+    model.load_state_dict(ref.state_dict())
+    for r in range(world):
+        ref(*_tower_inputs(r)).backward()
+    mesh = _mesh("fsdp", world)
+    fully_shard_for_fcp(model, layers=model.layers, mesh=mesh, ignored=[model.tower])
+    model(*_tower_inputs(rank)).backward()
+    all_reduce_gradients(model.tower)
+    worst = 0.0
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        assert name.startswith("tower") != hasattr(p.grad, "full_tensor"), name
+        worst = max(worst, float((g - q.grad).norm() / q.grad.norm()))
+    return worst
+
+
 def fsdp_worker(rank: int, world: int, index: str, tok_path: str, state: str, out: str) -> None:
-    """Both cases of CASES through the same micro-batches; rank 0 saves what the test checks."""
+    """Both cases of CASES through the same micro-batches; rank 0 saves what the test checks.
+
+    Runs as an FSDP job without megatron-core: cp_context then binds nothing into megatron's
+    parallel state (an HF model reads none of it) and no process pays megatron's import
+    (seconds each, 4 processes on a small box).
+    """
+    import sys
+
+    sys.modules.setdefault("megatron.core.parallel_state", None)  # type: ignore[arg-type]
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
@@ -123,14 +181,15 @@ def fsdp_worker(rank: int, world: int, index: str, tok_path: str, state: str, ou
 
     cache = CPGroupCache(ReplicaRanks(world_size=world))
     mbs = list(make_idle_loader(Path(index), Path(tok_path), world, rank))
-    result: dict[str, Any] = {"refusals": _refusals(world)}
+    result: dict[str, Any] = {
+        "refusals": _refusals(world),
+        "ignored_tower_error": _ignored_tower_error(rank, world),
+    }
     for case in CASES:
         model = make_text_model("qwen3", Path(state), attn=register_attention())
         enable_checkpointing(model)
-        calls = [0]
-        model.model.layers[0].self_attn.register_forward_hook(
-            lambda *_: calls.__setitem__(0, calls[0] + 1)
-        )
+        calls: list[int] = []  # one entry per attention forward of layer 0 (recompute too)
+        model.model.layers[0].self_attn.register_forward_hook(lambda *_, c=calls: c.append(1))
         fully_shard_for_fcp(model, layers=model.model.layers, mesh=_mesh(case, world))
         units = fsdp_sum_gradients(model)  # a second call: idempotent
         loss_sum, seen = torch.zeros(()), []
@@ -160,7 +219,7 @@ def fsdp_worker(rank: int, world: int, index: str, tok_path: str, state: str, ou
             "micro_batches": per_rank,
             "placements": sorted(placements),
             "fsdp_units": units,
-            "attention_calls": calls[0],
+            "attention_calls": len(calls),
         }
     if rank == 0:
         torch.save(result, out)

@@ -20,6 +20,7 @@ from fcp_exec.megatron import (
     fcp_process_groups,
     keep_rotary_on_cpu,
 )
+from fcp_data.errors import ConfigError
 from fcp_exec.verify import PlanMismatchError
 
 __all__ = ["megatron_worker"]
@@ -126,7 +127,7 @@ def _check_context(rank: int, cache: CPGroupCache) -> None:
                      degree=0, sequence_ids=(), seqlens=(), causal=(), predicted_time=0.0,
                      digest="d")  # fmt: skip
     with cp_context(empty, groups=cache, wave_groups=[(0, 1, 2, 3)]) as b:
-        assert b.degree == 0 and b.group is None
+        assert b.ring == (rank,) and b.degree == 1 and b.group is None  # a placeholder: d = 1
         assert all(getattr(ps, n) is v for n, v in before.items()), "empty plan rebound state"
     # switch cost between cached groups (the paper reports ~1 ms for its switch)
     rings = [(0, 1, 2, 3), (3, 1, 0, 2)]
@@ -143,15 +144,26 @@ def _check_context(rank: int, cache: CPGroupCache) -> None:
     except PlanMismatchError as e:
         assert "rank 3" in str(e)
     small = CPGroupCache(ReplicaRanks(world_size=4), capacity=2)
-    small.prepare([(0, 1), (2, 3), (3, 1, 0, 2)])
+    try:  # a wave that needs more groups than an explicit capacity: refused, nothing created
+        small.prepare([(0, 1), (2, 3), (3, 1, 0, 2)])
+        raise AssertionError("a cache too small for one wave was accepted")
+    except ConfigError as e:
+        assert "needs 3 process groups" in str(e) and small.created == 0
+    small.prepare([(0, 1), (2, 3)])
+    small.prepare([(3, 1, 0, 2)])  # a later wave evicts the earlier wave's oldest group only
     assert (small.created, small.evicted, len(small)) == (3, 1, 2)
-    assert (1, 0) not in small and (3, 2) in small
+    assert (1, 0) not in small and (3, 2) in small and (0, 1, 2, 3) in small
     try:
         small.get((0, 1))
         raise AssertionError("evicted group still served")
     except LookupError as e:
         assert "prepare" in str(e)
     small.clear()
+    plan = _plan()  # a pinned batch: nothing of it is evicted even past the soft bound
+    auto = CPGroupCache(ReplicaRanks(world_size=4))
+    auto.prepare_plan(plan)
+    assert auto.groups_needed(plan) == len(auto) == 5 and auto.evicted == 0
+    auto.clear()
     if rank == 0:
         print(
             f"cp_context switch between cached groups: {switch_us:.1f} us; "

@@ -10,8 +10,10 @@ Every kernel works on plain arrays: per-unit aggregates `att` (Σα1(1+η)s²), 
 vision), `comm` (Σα3 s), a per-unit minimum degree `dmin`, and `cost_params`, the cost model's
 constants packed as [β1, β2, intra-node bandwidth, inter-node bandwidth] (indices `BETA1`,
 `BETA2`, `INTRA_NODE_BANDWIDTH`, `INTER_NODE_BANDWIDTH`). `allowed[d]` says whether degree d may
-be used (all True for fcp, powers of two for the pow2 baseline). Windows of replicas are
-contiguous: (start, degree).
+be used (all True for fcp, powers of two for the pow2 baseline). Memory is counted as the
+layout contract's padded shard, `shard_tokens(s, d, unit)` with the cluster's pad unit (TP under
+sequence parallel, else 1), against `cap` tokens. Windows of replicas are contiguous:
+(start, degree).
 """
 
 from .core import (

@@ -1,0 +1,61 @@
+"""A stand-in for the GPU this machine lacks, for megatron-core code paths that hard-code CUDA.
+
+megatron-core 0.16's pipeline schedules and P2P layer allocate with `device="cuda"` or
+`torch.cuda.current_device()` and call `torch.cuda.synchronize()` even when every tensor they
+move is on the CPU. Inside `cuda_on_cpu()` (tests only, and only when CUDA is unavailable) a
+torch function mode rewrites a CUDA `device=` of tensor factories to "cpu", and
+`current_device` / `synchronize` answer as a one-device CPU machine would, and megatron's
+model-parallel RNG tracker (CUDA generator states, forked around dropout) forks nothing: the
+tests run with every dropout at 0, so no random number is drawn inside a fork. Nothing else is
+changed: every computation and collective is the real one, on gloo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["cuda_on_cpu"]
+
+
+def _is_cuda(device: object) -> bool:
+    if isinstance(device, int) and not isinstance(device, bool):
+        return True  # a bare ordinal means a CUDA device
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+class _CudaFactoriesOnCpu(TorchFunctionMode):
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if _is_cuda(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+        if func is torch.Tensor.cuda:
+            return args[0]
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def cuda_on_cpu() -> Iterator[None]:
+    """Run megatron's CUDA-only allocations on the CPU (a no-op where CUDA exists)."""
+    if torch.cuda.is_available():
+        yield
+        return
+    from megatron.core.tensor_parallel import random as mp_random
+
+    saved = torch.cuda.current_device, torch.cuda.synchronize
+    tracker = mp_random.get_cuda_rng_tracker()  # the one instance every module asks for
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]  # also in backward
+    torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
+    tracker.fork = lambda *a, **k: nullcontext()  # the instance's, not the class's
+    try:
+        with _CudaFactoriesOnCpu():
+            yield
+    finally:
+        torch.cuda.current_device, torch.cuda.synchronize = saved
+        del tracker.fork
