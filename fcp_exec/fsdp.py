@@ -114,7 +114,8 @@ def fsdp_sum_gradients(
             "forward: the root keeps its parameters gathered between forward and backward)"
         )
     for m in fsdp:
-        pass
+        m.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined]
+        m.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined]
     return len(fsdp)
 
 

@@ -51,6 +51,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+import torch
 from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
 
 from fcp_data.errors import ConfigError, ExecError
@@ -64,7 +65,7 @@ __all__ = ["ddp_gradient_factor", "finish_step", "wave_sync"]
 def _chunks(
     model: DistributedDataParallel | Sequence[DistributedDataParallel],
 ) -> list[DistributedDataParallel]:
-    chunks = [model] if isinstance(model, DistributedDataParallel) else list(model)
+    chunks = [model] if isinstance(model, torch.nn.Module) else list(model)
     if not chunks:
         raise ConfigError("model is an empty list; pass the DistributedDataParallel chunk(s)")
     for chunk in chunks:

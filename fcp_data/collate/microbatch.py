@@ -1,8 +1,9 @@
 """MicroBatch: what one replica runs in one wave, with the plan that says how.
 
-Every replica yields one MicroBatch per wave of a global batch, so a training loop counts `plan.num_waves` micro-batches per optimizer step and steps after
-the one with `is_last_wave`. `global_num_loss_tokens` is the loss-token count of the whole global
-batch over all replicas and waves (known from the plan, no collective), so summing per-token
+Every replica yields one MicroBatch per wave of a global batch, so a training loop counts
+`plan.num_waves` micro-batches per optimizer step and steps after the one with
+`is_last_wave`. `global_num_loss_tokens` is the loss-token count of the whole global batch
+over all replicas and waves (known from the plan, no collective), so summing per-token
 losses and dividing by it gives the exact per-token mean after the gradient all-reduce. A sample
 that fails to read under on_error="skip" is masked out by its own group only; the others cannot
 know, so it stays in that count (listed in `skipped`): all-reduce `num_loss_tokens` when exact

@@ -19,9 +19,9 @@ from ..errors import ConfigError
 
 __all__ = [
     "DECODE_BACKENDS",
+    "IDLE_MICRO_BATCH",
     "MP_CONTEXTS",
     "ON_ERROR",
-    "IDLE_MICRO_BATCH",
     "ON_TOO_LONG",
     "LoaderOptions",
     "check_choice",

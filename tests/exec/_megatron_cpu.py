@@ -1,24 +1,27 @@
-"""Run megatron-core's DDP and DistributedOptimizer on CPU tensors: a test-only device shim.
+"""megatron-core's DDP and DistributedOptimizer on CPU tensors: `cuda_on_cpu` plus CUDA type names.
 
-megatron-core 0.16.1 allocates its DDP grad/param buffers and a few optimizer scalars on the
-GPU unconditionally (`torch.cuda.current_device()`, `device="cuda"`), and the distributed
-optimizer sorts parameters by the CUDA type name (`param.type() == "torch.cuda.FloatTensor"`,
-anything else raises TypeError). Nothing else in those code paths needs a GPU: the reductions
-are ordinary `torch.distributed` collectives, which gloo runs on CPU tensors. So this shim
-mocks only what this machine lacks, a GPU, and only inside `megatron_cuda_on_cpu()`:
+megatron-core 0.16.1 allocates the DDP grad/param buffers and a few optimizer scalars on the
+GPU unconditionally (`torch.cuda.current_device()` in `_ParamAndGradBuffer`, `device="cuda"`
+in `MixedPrecisionOptimizer.__init__` and `get_grad_norm_fp32`, which `ChainedOptimizer.step`
+calls every step), and the distributed optimizer files each parameter by its CUDA type name
+(`model_param.type() == "torch.cuda.FloatTensor"`; anything else raises "Wrapped parameters
+must be one of torch.cuda.FloatTensor, ..."). Nothing else on that path needs a GPU: the
+reduce-scatters and all-gathers are ordinary `torch.distributed` collectives that gloo runs on
+CPU tensors. So this mocks only what this machine lacks, a GPU, inside
+`megatron_cuda_on_cpu()`:
 
-1. `torch.cuda.current_device()` returns 0 (it raises without a CUDA device);
-2. a tensor factory (`torch.zeros`, `torch.empty`, `torch.tensor`, ...) asked for a CUDA
-   device (`"cuda"`, `"cuda:N"`, an int, `torch.device("cuda", N)`) allocates on CPU instead;
-3. `Tensor.type()` without arguments on a CPU tensor answers the CUDA type name
+1. `tests/exec/_cuda_on_cpu.cuda_on_cpu()`: `torch.cuda.current_device()` answers "cpu" and a
+   tensor factory asked for a CUDA device allocates on CPU (a torch function mode);
+2. `Tensor.type()` without arguments on a CPU tensor answers the CUDA type name
    (`torch.FloatTensor` -> `torch.cuda.FloatTensor`), so the distributed optimizer files an
-   fp32 CPU parameter where it files an fp32 GPU one.
+   fp32 CPU parameter where it files an fp32 GPU one. `Tensor.type(dtype)` (a conversion) is
+   untouched.
 
-Points 2 and 3 are one `torch.overrides.TorchFunctionMode`, active only inside the context
-(nothing is patched at import, nothing global outlives the `with`). Enter it around megatron's
-constructors and `optimizer.step()`; the forward and backward passes, DDP's backward hooks
-and its grad collectives need no shim and run outside it. Where CUDA is available the
-context does nothing, so the same test code runs unchanged on a GPU machine.
+Each part alone is not enough (measured on one process): with none, DDP's constructor raises
+"Found no NVIDIA driver"; with 1 only, `get_megatron_optimizer` raises the TypeError above.
+Enter the context around megatron's constructors and `optimizer.step()` only; the forward and
+backward passes, DDP's backward hooks and its overlapped collectives run outside it. Where CUDA
+is available it does nothing, so the same test runs unchanged on a GPU machine.
 """
 
 from __future__ import annotations
@@ -26,25 +29,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from unittest import mock
 
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ._cuda_on_cpu import cuda_on_cpu
+
 __all__ = ["megatron_cuda_on_cpu"]
 
 
-def _is_cuda(device: Any) -> bool:
-    if device is None or isinstance(device, str) and device == "cpu":
-        return False
-    try:
-        return torch.device(device).type == "cuda"
-    except (RuntimeError, TypeError):
-        return False
-
-
-class _CudaOnCpu(TorchFunctionMode):
-    """Factories asked for CUDA allocate on CPU; `Tensor.type()` reports CUDA type names."""
+class _CudaTypeNames(TorchFunctionMode):
+    """`Tensor.type()` of a CPU tensor reports the CUDA type name; everything else passes."""
 
     def __torch_function__(
         self,
@@ -55,20 +50,18 @@ class _CudaOnCpu(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         if func is torch.Tensor.type and len(args) == 1 and not kwargs:
-            name = func(*args)
+            name: str = func(*args)
             if name.startswith("torch.") and not name.startswith("torch.cuda."):
-                return "torch.cuda." + name[len("torch.") :]
+                return "torch.cuda." + name.removeprefix("torch.")
             return name
-        if _is_cuda(kwargs.get("device")):
-            kwargs = {**kwargs, "device": "cpu"}
         return func(*args, **kwargs)
 
 
 @contextmanager
 def megatron_cuda_on_cpu() -> Iterator[None]:
-    """Inside: megatron-core's CUDA allocations land on CPU (no-op when CUDA is available)."""
+    """Inside: megatron-core's DDP / optimizer CUDA allocations land on CPU (no-op with CUDA)."""
     if torch.cuda.is_available():
         yield
         return
-    with mock.patch.object(torch.cuda, "current_device", return_value=0), _CudaOnCpu():
+    with cuda_on_cpu(), _CudaTypeNames():
         yield

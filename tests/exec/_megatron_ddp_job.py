@@ -1,7 +1,7 @@
 """4-process job: megatron DDP (overlap_grad_reduce) + DistributedOptimizer, two exact steps.
 
 Each rank trains a tiny GPTModel (FCPCoreAttention, 2 layers) wrapped in megatron-core's
-DistributedDataParallel with `overlap_grad_reduce=True`, a bucket size that cuts its ~21k
+DistributedDataParallel with `overlap_grad_reduce=True`, a bucket size that cuts its 27k
 parameters into 5 buckets, and the DistributedOptimizer (Adam, fp32), through two global
 batches of 3 waves each. In step 1 replica 0 sits the last wave out, in step 2 replica 3 does;
 both get the loader's placeholder micro-batch. Step 1 is DDP's first batch (buckets launched in
@@ -28,18 +28,19 @@ from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from fcp_data.collate import MicroBatch, pack_shard
+from fcp_data.errors import ConfigError
 from fcp_data.planner.plan import CPGroup, Plan, RankPlan, Wave
 from fcp_exec import CPGroupCache, ReplicaRanks, cp_context
 from fcp_exec.megatron import FCPCoreAttention, fcp_process_groups, keep_rotary_on_cpu
 from fcp_exec.megatron import packed_seq_params as make_packed_seq_params
-from fcp_exec.megatron_ddp import finish_step, wave_sync
+from fcp_exec.megatron_ddp import ddp_gradient_factor, finish_step, wave_sync
 
 from ._megatron_cpu import megatron_cuda_on_cpu
 
 __all__ = ["BUCKET_SIZE", "STEPS", "VARIANTS", "ddp_worker"]
 
 VOCAB = 64
-BUCKET_SIZE = 4096  # parameters per bucket: ~21k parameters -> 5 buckets
+BUCKET_SIZE = 4096  # parameters per bucket: 27,456 parameters -> 5 buckets
 # Adam's update of an element, lr * m / (sqrt(v) + eps), turns an absolute gradient error e
 # into up to lr * eps / (|g| + eps)**2 * e: largest where the gradient cancels to about eps. With
 # torch's eps 1e-8 a float32 rounding of 5e-10 in a 5.6e-8 gradient moved that element by 5e-4
@@ -52,6 +53,7 @@ TOL = 1e-5  # gradients and parameters, relative (norm of the difference / norm)
 # spacing there, 1.2e-7 on an update of ~1e-2 per element, so updates get a looser bound.
 UPDATE_TOL = 1e-4
 MIN_CHANGE = 1e-3  # each step must move every parameter by >= 0.1% (measured >= 0.5%)
+SITS_OUT_LAST = (0, 3)  # per step, the replica without a group in the last wave
 # Per optimizer step, per wave: the CP groups as (ring, sequence lengths, causal flags).
 STEPS: list[list[list[tuple[tuple[int, ...], list[int], list[bool]]]]] = [
     [  # step 1: replica 0 sits out the last wave
@@ -195,7 +197,6 @@ def _train_fcp(
     initial = _params(model)
     ddp_config = DistributedDataParallelConfig(
         overlap_grad_reduce=True, use_distributed_optimizer=True, bucket_size=BUCKET_SIZE,
-        grad_reduce_in_fp32=True,
     )  # fmt: skip
     opt_config = OptimizerConfig(
         optimizer="adam", lr=LR, min_lr=LR, weight_decay=0.0, adam_beta1=BETAS[0],
@@ -206,6 +207,12 @@ def _train_fcp(
         ddp = DistributedDataParallel(config, ddp_config, model)
         optimizer = get_megatron_optimizer(opt_config, [ddp])
     assert len(ddp.bucket_groups) >= 4, f"want several buckets, got {len(ddp.bucket_groups)}"
+    if variant == "average-rescaled":  # the N-times-off setup is refused before any collective
+        try:
+            ddp_gradient_factor(ddp)
+            raise AssertionError("the averaging DDP config was not refused")
+        except ConfigError as e:
+            assert "4x too small" in str(e) and "rescale_average=True" in str(e), str(e)
     grads, params = [], []
     for step in range(len(STEPS)):
         plan = _plan(step)
@@ -213,7 +220,9 @@ def _train_fcp(
         ddp.zero_grad_buffer()
         optimizer.zero_grad()
         total = torch.zeros(())
-        for mb in _micro_batches(step, rank, plan):
+        mbs = _micro_batches(step, rank, plan)
+        assert mbs[-1].is_placeholder == (rank == SITS_OUT_LAST[step])
+        for mb in mbs:
             with (
                 wave_sync(ddp, mb),
                 cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups),
@@ -221,6 +230,10 @@ def _train_fcp(
                 loss = _loss(ddp, mb)
                 loss.backward()
             total += loss.detach()
+        # DDP's first batch launches its buckets in finish_grad_sync; from the second on, the
+        # last wave's backward hooks have launched every bucket by now (the overlapped path)
+        launched = [g.grad_reduce_handle is not None for g in ddp.bucket_groups]
+        assert launched == [step > 0] * len(launched), f"step {step + 1}: launched {launched}"
         factor = finish_step(ddp, rescale_average=variant == "average-rescaled")
         assert factor == (4.0 if variant == "average-rescaled" else 1.0)
         grads.append(_gathered_grads(ddp))
@@ -263,18 +276,26 @@ def _compare(
     fcp: tuple[list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]]],
     ref: tuple[list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]]],
     initial: dict[str, torch.Tensor],
-) -> dict[str, float]:
-    worst = {"grad": 0.0, "update": 0.0, "param": 0.0, "loss": 0.0}
+) -> dict[str, tuple[float, str]]:
+    """Worst relative error of each kind and where: loss, gradient, parameter, update; and
+    the smallest relative change of a parameter in one step (the guard against a no-op)."""
+    worst: dict[str, tuple[float, str]] = {"min change": (float("inf"), "")}
+
+    def note(kind: str, value: float, where: str) -> None:
+        old = worst.get(kind, (-1.0, ""))[0]
+        if (value < old) if kind == "min change" else (value > old):
+            worst[kind] = (value, where)
+
     for step in range(len(STEPS)):
         before = initial if step == 0 else ref[1][step - 1]
         rel_loss = _rel(fcp[1][step]["__loss__"], ref[1][step]["__loss__"])
         assert rel_loss <= TOL, f"step {step + 1}: loss relative error {rel_loss:.3g}"
-        worst["loss"] = max(worst["loss"], rel_loss)
+        note("loss", rel_loss, f"step {step + 1}")
         for name, g_ref in ref[0][step].items():
             assert g_ref.norm() > 0, f"step {step + 1}: vacuous reference gradient of {name}"
             rel = _rel(fcp[0][step][name], g_ref)
             assert rel <= TOL, f"step {step + 1}: {name} gradient relative error {rel:.3g}"
-            worst["grad"] = max(worst["grad"], rel)
+            note(f"grad step {step + 1}", rel, name)
         for name, p_ref in ref[1][step].items():
             if name == "__loss__":
                 continue
@@ -288,8 +309,9 @@ def _compare(
                 f"step {step + 1}: {name} parameter relative error {rel_param:.3g}, of its "
                 f"update {rel_update:.3g}"
             )
-            worst["update"] = max(worst["update"], rel_update)
-            worst["param"] = max(worst["param"], rel_param)
+            note("param", rel_param, f"step {step + 1} {name}")
+            note("update", rel_update, f"step {step + 1} {name}")
+            note("min change", change, f"step {step + 1} {name}")
     return worst
 
 
@@ -314,7 +336,7 @@ def ddp_worker(rank: int, world: int, variants: tuple[str, ...] = VARIANTS) -> N
         worst = _compare((grads, params), reference, initial)
         print(
             f"megatron DDP overlap + DistributedOptimizer ({variant}), 2 steps vs 1 process: "
-            + ", ".join(f"worst {k} rel {v:.2g}" for k, v in worst.items())
+            + "; ".join(f"{k} {v:.2g} ({where})" for k, (v, where) in worst.items())
         )
     cache.clear()
     ps.destroy_model_parallel()

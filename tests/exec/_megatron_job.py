@@ -11,6 +11,7 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from fcp_data.errors import ConfigError
 from fcp_data.planner.plan import CPGroup, Plan, RankPlan, Wave
 from fcp_exec import CPGroupCache, ReplicaRanks, cp_context, local_token_index
 from fcp_exec.context import MEGATRON_CP_STATE
@@ -20,7 +21,6 @@ from fcp_exec.megatron import (
     fcp_process_groups,
     keep_rotary_on_cpu,
 )
-from fcp_data.errors import ConfigError
 from fcp_exec.verify import PlanMismatchError
 
 __all__ = ["megatron_worker"]
