@@ -2,10 +2,17 @@
 
     python examples/train_megatron.py                     # 2 replicas on this host (torchrun)
     python examples/train_megatron.py --replicas 4 --steps 8
+    python examples/train_megatron.py --tp 2 --sequence-parallel   # 2 replicas of TP = 2
+    python examples/train_megatron.py --pp 2                       # megatron's 1F1B schedule
     torchrun --nproc-per-node 4 examples/train_megatron.py --index out/index
 
-One process per replica (TP = PP = 1); world size, rank and rendezvous come from torchrun's
-environment, and without it the script starts torchrun on this host. The loss is divided by the
+A replica is TP x PP processes (megatron's rank order, TP fastest); world size, rank and
+rendezvous come from torchrun's environment, and without it the script starts torchrun on this
+host with replicas x TP x PP processes. Every TP and PP rank of a replica builds the loader for
+its replica index (the same micro-batches), the layout pads rows for sequence parallel
+(`Cluster(tensor_parallel=, sequence_parallel=)`), and with PP > 1 each global batch runs
+through megatron's `get_forward_backward_func()`, one micro-batch per wave, after every CP
+group of the batch was created (`CPGroupCache.prepare_batch`). The loss is divided by the
 global batch's loss-token count, so gradients are SUMMED over replicas (all_reduce_gradients).
 Without --index, rank 0 writes and indexes sample shards (stdlib text, small mp4 clips). Text
 becomes ids 4 bytes to a token (exactly the index's default `bytes:4` count); video enters as
@@ -16,6 +23,7 @@ placeholder ids. The model has the shape of the shipped `cpu-small` cost profile
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import subprocess
@@ -51,7 +59,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="out/train_example", help="where sample data is written")
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    return p.parse_args(argv)
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages of a replica (1F1B)")
+    p.add_argument("--sequence-parallel", action="store_true", help="megatron SP (needs TP > 1)")
+    args = p.parse_args(argv)
+    if args.sequence_parallel and args.tp == 1:
+        p.error("--sequence-parallel needs --tp > 1")
+    return args
 
 
 def sample_index(out: Path) -> None:
@@ -62,13 +76,13 @@ def sample_index(out: Path) -> None:
     build_index([str(s) for s in shards], out / "index")
 
 
-def build_model(device: torch.device) -> torch.nn.Module:
+def build_model(args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
+    from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     from fcp_data.profiling import SHAPES
-    from fcp_exec.megatron import FCPCoreAttention, fcp_process_groups, keep_rotary_on_cpu
+    from fcp_exec.megatron import fcp_gpt_spec, fcp_process_groups, keep_rotary_on_cpu
 
     s = SHAPES["cpu-small"]
     torch.manual_seed(0)  # the same initial weights on every replica
@@ -76,64 +90,115 @@ def build_model(device: torch.device) -> torch.nn.Module:
         num_layers=s.layers, hidden_size=s.hidden, num_attention_heads=s.heads,
         num_query_groups=s.kv_heads, kv_channels=s.head_dim, ffn_hidden_size=s.ffn,
         gated_linear_unit=True, normalization="RMSNorm", use_cpu_initialization=True,
-        attention_dropout=0.0, hidden_dropout=0.0,
+        attention_dropout=0.0, hidden_dropout=0.0, tensor_model_parallel_size=args.tp,
+        pipeline_model_parallel_size=args.pp, sequence_parallel=args.sequence_parallel,
+        pipeline_dtype=torch.float32, variable_seq_lengths=args.pp > 1,
+        moe_token_dispatcher_type="alltoall",  # megatron 0.16 refuses variable lengths otherwise
+        calculate_per_token_loss=True,  # the schedule must not divide fcp's loss again
     )  # fmt: skip
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
-    spec.submodules.self_attention.submodules.core_attention = FCPCoreAttention
-    model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=s.vocab,
-                     max_sequence_length=1 << 16, position_embedding_type="rope",
-                     pg_collection=fcp_process_groups())  # fmt: skip
+    model = GPTModel(config=config, transformer_layer_spec=fcp_gpt_spec(config),
+                     vocab_size=s.vocab, max_sequence_length=1 << 16,
+                     position_embedding_type="rope", pg_collection=fcp_process_groups(),
+                     pre_process=parallel_state.is_pipeline_first_stage(),
+                     post_process=parallel_state.is_pipeline_last_stage())  # fmt: skip
     if device.type == "cpu":
         keep_rotary_on_cpu(model)
     return model.to(device)
 
 
+def run_batch(model: torch.nn.Module, mbs: list, groups: object, args: argparse.Namespace,
+              device: torch.device) -> torch.Tensor:  # fmt: skip
+    """Forward and backward of one global batch's micro-batches (one per wave, in order).
+
+    Every micro-batch runs, a placeholder too (a replica that sits a wave out): megatron's
+    TP and PP collectives need every rank. Returns this rank's loss (0 off the last stage)."""
+    from fcp_exec import cp_context
+    from fcp_exec.megatron import packed_seq_params
+
+    def forward(mb: object) -> torch.Tensor:
+        with cp_context(mb.rank_plan, groups=groups):
+            return model(mb.tokens[None], mb.position_ids[None], None, labels=mb.labels[None],
+                         packed_seq_params=packed_seq_params(mb))  # fmt: skip
+
+    mbs = [mb.to(device) for mb in mbs]
+    if args.pp == 1:
+        loss = torch.zeros((), device=device)
+        for mb in mbs:
+            wave_loss = (forward(mb)[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
+            wave_loss.backward()
+            loss += wave_loss.detach()
+        return loss
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    def forward_step(it: object, model: torch.nn.Module) -> tuple:
+        mb = next(it)
+
+        def loss_func(out: torch.Tensor) -> tuple:  # three values: the schedule keeps it as is
+            wave_loss = (out[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
+            return wave_loss, torch.tensor(mb.num_loss_tokens), {"loss": wave_loss.detach()}
+
+        return forward(mb), loss_func
+
+    out = get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=iter(mbs), model=[model],
+        num_microbatches=len(mbs), seq_length=max(mb.num_tokens for mb in mbs),
+        micro_batch_size=1, forward_only=False,
+    )  # fmt: skip
+    return sum((d["loss"] for d in out), torch.zeros((), device=device))
+
+
 def train(args: argparse.Namespace, rank: int, world: int, device: torch.device) -> list[dict]:
+    from megatron.core import parallel_state
+
     from fcp_data import FCPDataLoader
     from fcp_data.loader import LoaderOptions
     from fcp_data.planner import Cluster, CostModel
     from fcp_data.profiling import shipped_profile
-    from fcp_exec import CPGroupCache, ReplicaRanks, all_reduce_gradients, cp_context
-    from fcp_exec.megatron import packed_seq_params
+    from fcp_exec import CPGroupCache, ReplicaRanks, all_reduce_gradients
 
-    groups = CPGroupCache(ReplicaRanks(world_size=world))
-    model = build_model(device)
+    ranks = ReplicaRanks(world_size=world, tensor_parallel=args.tp, pipeline_parallel=args.pp)
+    replica = ranks.position(rank)[0]
+    groups = CPGroupCache(ranks)
+    model = build_model(args, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    cluster = Cluster(ranks.num_replicas, tokens_per_replica=args.tokens_per_replica,
+                      tensor_parallel=args.tp, pipeline_parallel=args.pp,
+                      sequence_parallel=args.sequence_parallel)  # fmt: skip
     loader = FCPDataLoader(
-        args.index, cluster=Cluster(world, tokens_per_replica=args.tokens_per_replica),
-        cost=CostModel.load(shipped_profile("cpu-small")), replica=rank, num_workers=1,
-        global_batch_size=args.global_batch, tokenizer=bytes4_ids,
+        args.index, cluster=cluster, cost=CostModel.load(shipped_profile("cpu-small")),
+        replica=replica, num_workers=1, global_batch_size=args.global_batch,
+        tokenizer=bytes4_ids,
         options=LoaderOptions(eod_id=EOD, special_token_id=SPECIAL, vision_token_id=VISION,
                               on_too_long="drop"),  # samples longer than the cluster holds
     )  # fmt: skip
+    # the loss is counted once per replica: on its last stage, TP rank 0
+    counts_loss = parallel_state.is_pipeline_last_stage() and ranks.position(rank)[1] == 0
     records: list[dict] = []
-    loss, busy, t_step, epoch = torch.zeros((), device=device), 0.0, time.perf_counter(), 0
+    batch, t_step, epoch = [], time.perf_counter(), 0
     while len(records) < args.steps:  # epochs back to back
         loader.set_epoch(epoch)
         epoch += 1
         for mb in loader:
-            with cp_context(mb.rank_plan, groups=groups, wave_groups=mb.wave_groups):
-                if not mb.is_empty:  # a replica may sit a wave out
-                    t0, mb = time.perf_counter(), mb.to(device)
-                    per_token = model(mb.tokens[None], mb.position_ids[None], None,
-                                      labels=mb.labels[None],
-                                      packed_seq_params=packed_seq_params(mb))  # fmt: skip
-                    wave_loss = (per_token[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
-                    wave_loss.backward()
-                    busy, loss = busy + time.perf_counter() - t0, loss + wave_loss.detach()
+            batch.append(mb)
             if not mb.is_last_wave:
                 continue
-            all_reduce_gradients(model)  # SUM: each replica holds its share of the mean
+            groups.prepare_batch(batch)  # every CP group of the batch, before any forward
+            t0 = time.perf_counter()
+            loss = run_batch(model, batch, groups, args, device)
+            busy = time.perf_counter() - t0
+            all_reduce_gradients(model)  # SUM over the replicas' data-parallel group
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            stats = torch.tensor([float(loss), busy, time.perf_counter() - t_step])
+            stats = torch.tensor([float(loss) if counts_loss else 0.0, busy,
+                                  time.perf_counter() - t_step])  # fmt: skip
             dist.all_reduce(stats[:1])  # the global per-token loss
-            dist.all_reduce(stats[1:], op=dist.ReduceOp.MAX)  # the slowest replica
+            dist.all_reduce(stats[1:], op=dist.ReduceOp.MAX)  # the slowest rank
             m = loader.metrics
             r = {"loss": float(stats[0]), "waves": m.num_waves, "predicted": m.predicted_time,
                  "tokens": mb.global_num_loss_tokens, "dropped": len(m.skipped),
                  "degrees": sorted(m.degrees, reverse=True), "measured": float(stats[1]),
-                 "wall": float(stats[2])}  # fmt: skip
+                 "wall": float(stats[2]),
+                 "placeholders": sum(b.is_placeholder for b in batch)}  # fmt: skip
             records.append(r)
             if rank == 0:
                 print(
@@ -142,7 +207,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                     f"{r['predicted']:.3f} s, measured {r['measured']:.3f} s",
                     flush=True,
                 )
-            loss, busy, t_step = torch.zeros((), device=device), 0.0, time.perf_counter()
+            batch, t_step = [], time.perf_counter()
             if len(records) == args.steps:
                 break
     groups.clear()
@@ -163,11 +228,14 @@ def summary(records: list[dict], world: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if "RANK" not in os.environ:  # not under torchrun: become it, on this host
+        procs = args.replicas * args.tp * args.pp
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={args.replicas}", __file__, *(argv or sys.argv[1:])]  # fmt: skip
+               f"--nproc-per-node={procs}", __file__, *(argv or sys.argv[1:])]  # fmt: skip
         return subprocess.call(cmd, env={"OMP_NUM_THREADS": "1", **os.environ})
     warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")  # no Apex/TE
     from megatron.core import parallel_state
+
+    from fcp_exec.megatron_cpu import cuda_on_cpu  # megatron's SP/PP layers allocate on CUDA
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = torch.device("cpu")
@@ -178,15 +246,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_host))
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=datetime.timedelta(minutes=5))  # MASTER_ADDR/PORT
-    parallel_state.initialize_model_parallel(1, 1)  # TP = PP = 1; fcp binds CP per wave
+    # context-parallel size 1: fcp binds each wave's CP group; the DP group is every replica
+    parallel_state.initialize_model_parallel(args.tp, args.pp)
     if args.index is None:
         if rank == 0:
             sample_index(Path(args.out))
         dist.barrier()
         args.index = str(Path(args.out) / "index")
-    records = train(args, rank, world, device)
+    with cuda_on_cpu() if device.type == "cpu" else contextlib.nullcontext():
+        records = train(args, rank, world, device)
     if rank == 0:
-        print(summary(records, world), flush=True)
+        print(summary(records, world // (args.tp * args.pp)), flush=True)
     parallel_state.destroy_model_parallel()
     dist.destroy_process_group()
     return 0

@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
@@ -147,7 +147,32 @@ class CPGroupCache:
         and pin them until the next `prepare_plan`. COLLECTIVE. Call it before the first
         micro-batch of the batch (before megatron's pipeline schedule runs); raises
         ConfigError when an explicit capacity cannot hold the batch's groups."""
-        keys = self._keys(g.replicas for wave in plan.waves for g in wave.groups)
+        if plan.num_replicas != self.ranks.num_replicas:
+            raise ConfigError(
+                f"the plan is for {plan.num_replicas} replicas but the ranks hold "
+                f"{self.ranks.num_replicas} (world {self.ranks.world_size} / TP "
+                f"{self.ranks.tensor_parallel} / PP {self.ranks.pipeline_parallel}); build the "
+                "Cluster with num_replicas = world_size // (TP * PP)"
+            )
+        self._pin_batch([[g.replicas for g in wave.groups] for wave in plan.waves])
+
+    def prepare_batch(self, micro_batches: Sequence[Any]) -> None:
+        """`prepare_plan` from one global batch's micro-batches (each carries its wave's
+        `wave_groups`): what a training loop holds when it runs megatron's pipeline schedule
+        over a batch. COLLECTIVE: every rank passes its own micro-batches of the same batch."""
+        waves = {}
+        for mb in micro_batches:
+            waves.setdefault(int(mb.wave), [tuple(g) for g in mb.wave_groups])
+        missing = [w for w in range(max(waves, default=-1) + 1) if w not in waves]
+        if missing:
+            raise ConfigError(
+                f"prepare_batch got waves {sorted(waves)} but not {missing}: pass every "
+                "micro-batch of the global batch (one per wave)"
+            )
+        self._pin_batch([waves[w] for w in sorted(waves)])
+
+    def _pin_batch(self, waves: list[list[Sequence[int]]]) -> None:
+        keys = self._keys(ring for wave in waves for ring in wave)
         self._plan_pins = frozenset(keys)
         self._wave_pins = frozenset()
         self._check_fits(self._plan_pins, "one global batch")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -13,7 +13,22 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from .memory import MemoryBudget
 
-__all__ = ["Cluster"]
+__all__ = ["IDLE_POLICIES", "Cluster", "IdlePolicy"]
+
+# What a replica runs in a wave it has no CP group in, and so what that (replica, wave) slot
+# costs the plan (docs/design.md, "The cost model"):
+# - "placeholder": the loader's placeholder micro-batch, one loss-free sequence of 2 x pad_unit
+#   tokens at degree 1. It still pays a full forward and backward, mostly the fixed beta1 (1.79
+#   ms of which 1.62 ms is beta1 for Qwen3-8B on one H200), and is what FSDP, megatron DDP with
+#   overlapped gradient reduction and pipeline parallelism need: every rank runs every
+#   micro-batch or the job deadlocks.
+# - "empty": nothing runs (a zero-token micro-batch; plain loops without collectives inside the
+#   step). The slot costs nothing: the plans and times of the planner before idle pricing.
+# - "fill": the planner gives idle slots real work where that is predicted no slower (it widens
+#   a group of that wave onto idle neighbours, or moves a sequence there); the slots left run a
+#   placeholder and are priced as one.
+IDLE_POLICIES = ("placeholder", "empty", "fill")
+IdlePolicy = Literal["placeholder", "empty", "fill"]
 
 
 def _whole(name: str, value: object) -> int:
@@ -34,6 +49,14 @@ class Cluster:
     tokens through the cost model's activation and model-state terms by `capacity_tokens`).
     `speed` holds optional per-replica speed factors (1.0 = the profiled device): a CP group runs
     at the pace of its slowest member, so mixed hardware is planned, not averaged away.
+
+    Two fields say how the training framework runs the micro-batches, and so how a plan is
+    priced. `idle` (`IDLE_POLICIES`, default "placeholder", the loader's default) is what a
+    replica runs in a wave it sits out: a placeholder micro-batch (priced at its real cost, in
+    the replica's own order of micro-batches, so it may delay the replica's next group), nothing
+    ("empty"), or real work the planner moves there ("fill"). `sync_waves` (default False) puts
+    a barrier after every wave, as under FSDP / ZeRO-3 where each layer's all-gather spans every
+    rank, so a wave ends when its slowest member does.
     """
 
     num_replicas: int
@@ -44,6 +67,8 @@ class Cluster:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     sequence_parallel: bool = False
+    idle: IdlePolicy = "placeholder"
+    sync_waves: bool = False
 
     def __init__(
         self,
@@ -56,6 +81,8 @@ class Cluster:
         tensor_parallel: int = 1,
         pipeline_parallel: int = 1,
         sequence_parallel: bool = False,
+        idle: IdlePolicy = "placeholder",
+        sync_waves: bool = False,
     ) -> None:
         num_replicas = _whole("num_replicas", num_replicas)
         rpn = (
@@ -109,6 +136,20 @@ class Cluster:
         if not isinstance(sequence_parallel, (bool, np.bool_)):
             raise ConfigError(f"sequence_parallel={sequence_parallel!r} must be True or False")
         object.__setattr__(self, "sequence_parallel", bool(sequence_parallel))
+        if not isinstance(idle, str) or idle not in IDLE_POLICIES:
+            raise ConfigError(
+                f"idle={idle!r} is not one of {IDLE_POLICIES}: 'placeholder' when the framework "
+                "needs every rank in every micro-batch (FSDP, DDP with overlapped reduction, "
+                "pipeline parallel), 'empty' for a plain loop, 'fill' to let the planner give "
+                "idle replicas real work"
+            )
+        object.__setattr__(self, "idle", idle)
+        if not isinstance(sync_waves, (bool, np.bool_)):
+            raise ConfigError(
+                f"sync_waves={sync_waves!r} must be True (a barrier after every wave, as under "
+                "FSDP / ZeRO-3) or False"
+            )
+        object.__setattr__(self, "sync_waves", bool(sync_waves))
 
     @classmethod
     def from_budget(
@@ -118,9 +159,12 @@ class Cluster:
         devices_per_node: int | None = None,
         replicas_per_node: int | None = None,
         speed: tuple[float, ...] | list[float] | np.ndarray | None = None,
+        idle: IdlePolicy = "placeholder",
+        sync_waves: bool = False,
     ) -> Cluster:
         """The cluster a derived memory budget describes (`memory.derive_tokens_per_replica`):
-        its N replicas, tokens_per_replica and layout (TP, PP, sequence parallel).
+        its N replicas, tokens_per_replica and layout (TP, PP, sequence parallel); `idle` and
+        `sync_waves` as in the constructor.
 
         Replicas per node follow the layout: `devices_per_node` // (TP × PP), 8 H200 at TP = 8
         -> 1 (`memory.replicas_per_node`); or give `replicas_per_node` itself. Both given and
@@ -146,6 +190,8 @@ class Cluster:
             tensor_parallel=lay.tensor_parallel,
             pipeline_parallel=lay.pipeline_parallel,
             sequence_parallel=lay.sequence_parallel,
+            idle=idle,
+            sync_waves=sync_waves,
         )
 
     @property
@@ -153,6 +199,11 @@ class Cluster:
         """Per-chunk multiple of the layout contract (`fcp_data.layout.pad_unit`): TP under
         sequence parallel, else 1. The planner's memory check and the collator both use it."""
         return self.tensor_parallel if self.sequence_parallel else 1
+
+    @property
+    def prices_idle(self) -> bool:
+        """Whether a replica that sits a wave out still runs (and pays for) a micro-batch."""
+        return self.idle != "empty"
 
     @property
     def num_nodes(self) -> int:

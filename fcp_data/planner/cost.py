@@ -164,6 +164,24 @@ class CostModel:
         att, lin, comm = self.aggregates(seqlens, causal, vision_tokens)
         return self.time_from_aggregates(att, lin, comm, degree, inter_node=inter_node, speed=speed)
 
+    def placeholder_seconds(self, cluster: Cluster) -> np.ndarray:
+        """Seconds each replica spends on one placeholder micro-batch, zeros when it runs none.
+
+        A replica that sits a wave out runs the loader's placeholder under `cluster.idle`
+        "placeholder" or "fill": one causal sequence of 2 x pad_unit tokens at degree 1
+        (`MicroBatch.placeholder`), at the replica's own speed. It is almost all beta1: 1.79 ms
+        for Qwen3-8B on one H200, 1.62 ms of it beta1. Under "empty" it runs nothing (0 s).
+        """
+        if cluster.idle == "empty":
+            return np.zeros(cluster.num_replicas)
+        att, lin, comm = self.aggregates([2 * cluster.pad_unit], True)
+        speeds = cluster.speeds()
+        by_speed = {
+            s: self.time_from_aggregates(att, lin, comm, 1, speed=s)
+            for s in sorted(set(speeds.tolist()))
+        }
+        return np.array([by_speed[s] for s in speeds.tolist()], dtype=np.float64)
+
     def ring_bytes(
         self, seqlens: Sequence[int] | np.ndarray, degree: int, *, unit: int = 1
     ) -> float:

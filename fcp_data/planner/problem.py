@@ -61,7 +61,10 @@ class Problem:
     packed cost constants (see `kernels`). With `vision` (a batch's priced vision work), `lin`
     also holds each sequence's vision replica-seconds (what the candidates balance) and the
     scorer adds each group's exact vision time (`vision_cost`); `lin_llm` is the language
-    model's part.
+    model's part. `idle_s` holds the seconds each replica's placeholder micro-batch costs in a
+    wave it sits out (`CostModel.placeholder_seconds`: 1.79 ms for Qwen3-8B on one H200, zeros
+    under `Cluster(idle="empty")`) and `sync` whether every wave ends with a barrier
+    (`Cluster.sync_waves`); the scorer prices both (`kernels.priced_critical_path`).
     """
 
     cost: CostModel
@@ -76,6 +79,8 @@ class Problem:
     allowed: np.ndarray
     vision: VisionLoad | None = None
     unit: int = 1
+    idle_s: np.ndarray | None = None
+    sync: bool = False
     att: np.ndarray = field(init=False)
     lin: np.ndarray = field(init=False)
     lin_llm: np.ndarray = field(init=False)
@@ -138,6 +143,8 @@ class Problem:
             allowed=allowed,
             vision=vision,
             unit=cluster.pad_unit,
+            idle_s=cost.placeholder_seconds(cluster),
+            sync=cluster.sync_waves,
         )
         prob._aggregate(seed)
         return prob
@@ -157,6 +164,11 @@ class Problem:
         # Longest first; equal lengths in an order fixed by the seed (deterministic).
         tie = np.random.default_rng(seed).permutation(self.lens.size)
         self.order = np.lexsort((tie, -self.work)).astype(np.int64)
+
+    @property
+    def priced(self) -> bool:
+        """Whether idle slots cost time or waves end with barriers: the wave-aware scorer."""
+        return self.sync or (self.idle_s is not None and bool(np.any(self.idle_s > 0)))
 
     def min_degrees(self, lens: np.ndarray) -> np.ndarray:
         """Smallest allowed degree holding each sequence alone (0 where none does)."""

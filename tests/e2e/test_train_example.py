@@ -50,3 +50,20 @@ def _check(stdout: str, steps: int, replicas: int) -> None:
 def test_defaults_on_four_replicas(tmp_path: Path) -> None:
     _check(_run(tmp_path, "--replicas", "4"), steps=4, replicas=4)
     assert (tmp_path / "out" / "train_example" / "index" / "header.json").is_file()
+
+
+def _first_loss(stdout: str) -> float:
+    m = re.search(r"^step 1: loss ([\d.]+)", stdout, flags=re.M)
+    assert m is not None, stdout
+    return float(m[1])
+
+
+def test_tensor_parallel_with_sequence_parallel_and_pipeline_parallel(tmp_path: Path) -> None:
+    """2 replicas of TP = 2 (SP on), then of PP = 2 (megatron's 1F1B schedule), 4 processes
+    each. TP splits the same initial weights the TP = 1 run starts from, so its first loss is
+    the TP = 1 loss of the same global batch; PP stages initialise their layers on their own."""
+    base = _run(tmp_path, "--steps", "1")
+    tp = _run(tmp_path, "--tp", "2", "--sequence-parallel", "--steps", "2")
+    _check(tp, steps=2, replicas=2)
+    assert abs(_first_loss(tp) - _first_loss(base)) < 1e-3, (base, tp)
+    _check(_run(tmp_path, "--pp", "2", "--steps", "2"), steps=2, replicas=2)

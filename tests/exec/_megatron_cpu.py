@@ -1,4 +1,4 @@
-"""megatron-core's DDP and DistributedOptimizer on CPU tensors: `cuda_on_cpu` plus CUDA type names.
+"""megatron-core's DDP and DistributedOptimizer on CPU: `cuda_on_cpu` plus CUDA type names.
 
 megatron-core 0.16.1 allocates the DDP grad/param buffers and a few optimizer scalars on the
 GPU unconditionally (`torch.cuda.current_device()` in `_ParamAndGradBuffer`, `device="cuda"`
@@ -10,7 +10,7 @@ reduce-scatters and all-gathers are ordinary `torch.distributed` collectives tha
 CPU tensors. So this mocks only what this machine lacks, a GPU, inside
 `megatron_cuda_on_cpu()`:
 
-1. `tests/exec/_cuda_on_cpu.cuda_on_cpu()`: `torch.cuda.current_device()` answers "cpu" and a
+1. `fcp_exec.megatron_cpu.cuda_on_cpu()`: `torch.cuda.current_device()` answers "cpu" and a
    tensor factory asked for a CUDA device allocates on CPU (a torch function mode);
 2. `Tensor.type()` without arguments on a CPU tensor answers the CUDA type name
    (`torch.FloatTensor` -> `torch.cuda.FloatTensor`), so the distributed optimizer files an
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ._cuda_on_cpu import cuda_on_cpu
+from fcp_exec.megatron_cpu import cuda_on_cpu
 
 __all__ = ["megatron_cuda_on_cpu"]
 

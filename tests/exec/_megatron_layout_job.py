@@ -30,8 +30,7 @@ from fcp_exec.megatron import (
     keep_rotary_on_cpu,
     packed_seq_params,
 )
-
-from ._cuda_on_cpu import cuda_on_cpu
+from fcp_exec.megatron_cpu import cuda_on_cpu
 
 __all__ = ["layout_worker"]
 

@@ -4,7 +4,9 @@
   a schedule's critical path (shared by every candidate);
 - `lanes` / `lane_targets`: LPT dealing onto lanes, refinement, packing; the dual
   approximation that picks the lane degrees;
-- `moldable`: moldable list scheduling and micro-batch compaction.
+- `moldable`: moldable list scheduling and micro-batch compaction;
+- `waves`: a schedule's waves and its critical path with idle slots priced (placeholder
+  micro-batches) and optional barriers after every wave (`Cluster.idle`, `Cluster.sync_waves`).
 
 Every kernel works on plain arrays: per-unit aggregates `att` (Σα1(1+η)s²), `lin` (Σα2 s +
 vision), `comm` (Σα3 s), a per-unit minimum degree `dmin`, and `cost_params`, the cost model's
@@ -31,6 +33,7 @@ from .core import (
 from .lane_targets import lanes_for_target, smallest_lane_target
 from .lanes import deal_lpt, pack_lanes, refine_moves, unit_lane_time
 from .moldable import compact_windows, list_schedule
+from .waves import group_waves, priced_critical_path
 
 __all__ = [
     "BETA1",
@@ -44,9 +47,11 @@ __all__ = [
     "deal_lpt",
     "dp_degrees",
     "group_time",
+    "group_waves",
     "lanes_for_target",
     "list_schedule",
     "pack_lanes",
+    "priced_critical_path",
     "refine_moves",
     "shard_tokens",
     "smallest_lane_target",

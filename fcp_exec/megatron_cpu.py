@@ -1,13 +1,14 @@
-"""A stand-in for the GPU this machine lacks, for megatron-core code paths that hard-code CUDA.
+"""Run megatron-core's CUDA-only code paths on a machine without a GPU (CPU/gloo runs and tests).
 
-megatron-core 0.16's pipeline schedules and P2P layer allocate with `device="cuda"` or
-`torch.cuda.current_device()` and call `torch.cuda.synchronize()` even when every tensor they
-move is on the CPU. Inside `cuda_on_cpu()` (tests only, and only when CUDA is unavailable) a
-torch function mode rewrites a CUDA `device=` of tensor factories to "cpu", and
+megatron-core 0.16's pipeline schedules, P2P layer and sequence-parallel mappings allocate with
+`device="cuda"` or `torch.cuda.current_device()` and call `torch.cuda.synchronize()` even when
+every tensor they move is on the CPU. Inside `cuda_on_cpu()` (a no-op when CUDA is available)
+a torch function mode rewrites a CUDA `device=` of tensor factories to "cpu", and
 `current_device` / `synchronize` answer as a one-device CPU machine would, and megatron's
-model-parallel RNG tracker (CUDA generator states, forked around dropout) forks nothing: the
-tests run with every dropout at 0, so no random number is drawn inside a fork. Nothing else is
-changed: every computation and collective is the real one, on gloo.
+model-parallel RNG tracker (CUDA generator states, forked around dropout) forks nothing, so
+use it with every dropout at 0 (fcp's ring attention has none). Nothing else is changed:
+every computation and collective is the real one, on gloo. Like `keep_rotary_on_cpu`, this is
+for CPU runs only; GPU runs never enter it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ class _CudaFactoriesOnCpu(TorchFunctionMode):
 
 @contextmanager
 def cuda_on_cpu() -> Iterator[None]:
-    """Run megatron's CUDA-only allocations on the CPU (a no-op where CUDA exists)."""
+    """Run megatron's CUDA-only allocations on the CPU (a no-op where CUDA exists).
+
+    Process-wide while it is entered (it patches `torch.cuda` functions): enter it once around
+    the training loop, not from several threads.
+    """
     if torch.cuda.is_available():
         yield
         return
