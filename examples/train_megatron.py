@@ -155,6 +155,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     from fcp_data.planner import Cluster, CostModel
     from fcp_data.profiling import shipped_profile
     from fcp_exec import CPGroupCache, ReplicaRanks, all_reduce_gradients
+    from fcp_exec.megatron import check_layout
 
     ranks = ReplicaRanks(world_size=world, tensor_parallel=args.tp, pipeline_parallel=args.pp)
     replica = ranks.position(rank)[0]
@@ -164,6 +165,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     cluster = Cluster(ranks.num_replicas, tokens_per_replica=args.tokens_per_replica,
                       tensor_parallel=args.tp, pipeline_parallel=args.pp,
                       sequence_parallel=args.sequence_parallel)  # fmt: skip
+    check_layout(model.config, cluster, ranks)  # model, planner and ranks agree, or ConfigError
     loader = FCPDataLoader(
         args.index, cluster=cluster, cost=CostModel.load(shipped_profile("cpu-small")),
         replica=replica, num_workers=1, global_batch_size=args.global_batch,

@@ -194,6 +194,12 @@ def all_reduce_gradients(
     tp, pp = _layout_sizes(ps, groups)
     if group is None:
         if ps is not None:
+            if ps.get_context_parallel_world_size() != 1:
+                raise ConfigError(
+                    f"megatron's context-parallel size is {ps.get_context_parallel_world_size()}"
+                    " outside cp_context: initialise megatron with context_parallel_size=1 (fcp "
+                    "binds CP per wave) and call all_reduce_gradients after the last wave"
+                )
             group = ps.get_data_parallel_group()
         elif groups is not None:
             group = groups.data_parallel_group()

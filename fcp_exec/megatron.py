@@ -41,6 +41,7 @@ __all__ = [
     "FCPCoreAttention",
     "FCPPackedSeqParams",
     "TorchNorm",
+    "check_layout",
     "fcp_gpt_spec",
     "fcp_process_groups",
     "keep_rotary_on_cpu",
@@ -167,6 +168,63 @@ def fcp_gpt_spec(config: TransformerConfig, *, vp_stage: int | None = None) -> A
                 setattr(holder, name, TorchNorm)
     layers = get_num_layers_to_build(config, vp_stage=vp_stage)
     return TransformerBlockSubmodules(layer_specs=[spec] * layers, layer_norm=TorchNorm)
+
+
+def check_layout(config: TransformerConfig, cluster: Any, ranks: Any) -> None:
+    """Refuse, before the first step, a megatron model, planner Cluster and ReplicaRanks that
+    disagree on the parallel layout (ConfigError naming both sizes).
+
+    Each mismatch would otherwise fail late or silently: a Cluster without sequence_parallel
+    pads rows to 2d only and megatron's scatter asserts on most micro-batches at TP = 8; a
+    Cluster with the wrong replica count plans rings over ranks that hold other shards;
+    megatron initialised with context_parallel_size > 1 would shrink the data-parallel group
+    fcp's gradient sum runs over.
+    """
+    from fcp_data.errors import ConfigError
+
+    tp, pp = config.tensor_model_parallel_size, config.pipeline_model_parallel_size
+    pairs = [
+        ("tensor_parallel", tp, cluster.tensor_parallel, ranks.tensor_parallel),
+        ("pipeline_parallel", pp, cluster.pipeline_parallel, ranks.pipeline_parallel),
+    ]
+    for name, model_size, cluster_size, rank_size in pairs:
+        if not model_size == cluster_size == rank_size:
+            raise ConfigError(
+                f"{name}: the model has {model_size}, Cluster(...{name}={cluster_size}) and "
+                f"ReplicaRanks(...{name}={rank_size}); give all three the same size"
+            )
+    if bool(config.sequence_parallel) != bool(cluster.sequence_parallel):
+        raise ConfigError(
+            f"the model has sequence_parallel={config.sequence_parallel} but the Cluster "
+            f"sequence_parallel={cluster.sequence_parallel}: rows must be padded to a multiple "
+            f"of TP={tp} under sequence parallel; build the Cluster with the model's setting"
+        )
+    if cluster.num_replicas != ranks.num_replicas:
+        raise ConfigError(
+            f"Cluster(num_replicas={cluster.num_replicas}) but world_size={ranks.world_size} / "
+            f"(TP={tp} x PP={pp}) = {ranks.num_replicas} replicas; plan for the replicas you run"
+        )
+    groups = config.num_query_groups or config.num_attention_heads
+    for what, heads in (("num_attention_heads", config.num_attention_heads),
+                        ("num_query_groups", groups)):  # fmt: skip
+        if heads % tp:
+            raise ConfigError(
+                f"TP={tp} does not divide {what}={heads}: every TP rank needs whole heads; "
+                f"choose a TP size among the divisors of {heads}"
+            )
+    if getattr(config, "context_parallel_size", 1) != 1:
+        raise ConfigError(
+            f"context_parallel_size={config.context_parallel_size}: initialise megatron with "
+            "context-parallel size 1; fcp binds each wave's CP group itself"
+        )
+    if parallel_state.model_parallel_is_initialized():
+        state = (parallel_state.get_tensor_model_parallel_world_size(),
+                 parallel_state.get_pipeline_model_parallel_world_size())  # fmt: skip
+        if state != (tp, pp):
+            raise ConfigError(
+                f"megatron's parallel_state was initialised with (TP, PP) = {state} but the "
+                f"model config says ({tp}, {pp})"
+            )
 
 
 def _fused_norms() -> tuple[type, ...]:

@@ -13,8 +13,8 @@ Two settings give the sum:
   its reduction `ReduceOp.SUM` (it asserts `average_in_collective=False`). Recommended: no
   extra pass over the gradients.
 * the default average, then `DistributedDataParallel.scale_gradients(N)` after the reduction
-  (`finish_step(..., rescale_average=True)`): exact up to one rounding per element when N is
-  not a power of two.
+  (`finish_step(..., rescale_average=True)`): bit-identical to the sum when N is a power of
+  two (the 4-replica test), one more rounding per element otherwise.
 
 After the backward of the last wave call `finish_step(model)`, which runs megatron's own
 `finalize_model_grads(chunks, num_tokens=None)`: it waits for DDP's reduce-scatters /
@@ -28,7 +28,8 @@ Every replica must run every micro-batch. With `overlap_grad_reduce=True` DDP la
 bucket's collective from the backward hooks of the *last* micro-batch, once every parameter
 of the bucket reported a gradient; a replica that skips the forward of the last wave reports
 none, its buckets are never launched and `finish_grad_sync` fails ("Communication call has not
-been issued for this bucket") while the others wait in their collectives. The loader's default
+been issued for this bucket (0/5 params have grad available)" in the test) while the others
+wait in their collectives. The loader's default
 `LoaderOptions(idle="placeholder")` gives such a replica a loss-free 2-token micro-batch, so it
 runs forward and backward (every gradient exactly 0) like the others; `wave_sync` refuses an
 empty micro-batch for that reason. The loop (docs/layouts/megatron-ddp.md):
@@ -90,7 +91,7 @@ def ddp_gradient_factor(
     (4.0 on 4 replicas). Raises ConfigError for the default average without
     `rescale_average` (gradients N times too small), and when megatron was initialised with a
     context-parallel size > 1 (DDP would then reduce over fixed CP groups fcp does not use).
-    Call it outside `cp_context`, e.g. once after wrapping the model.
+    No collective: call it anywhere, e.g. once after wrapping the model.
     """
     factors = set()
     for chunk in _chunks(model):
@@ -132,9 +133,10 @@ def finish_step(
 
     Runs megatron's `finalize_model_grads(chunks, num_tokens=None)` (DDP's reduction, TP
     layer-norm and PP embedding sums) and then, for the default average with
-    `rescale_average=True`, `scale_gradients(N)`. Call outside `cp_context` on every rank.
-    Returns the factor applied after the reduction (1.0 or N); raises ConfigError where
-    `ddp_gradient_factor` does, before any collective, so no rank is left waiting.
+    `rescale_average=True`, `scale_gradients(N)`. Call on every rank once the last wave's
+    backward has run (cp_context swaps none of the groups it uses). Returns the factor
+    applied after the reduction (1.0 or N); raises ConfigError where `ddp_gradient_factor`
+    does, before any collective, so no rank is left waiting.
     """
     chunks = _chunks(model)
     factor = ddp_gradient_factor(chunks, rescale_average=rescale_average)

@@ -215,10 +215,11 @@ def plan_global_batch(
     units = prob.order[keep[prob.order]]
     dropped = tuple(int(i) for i in too_long)
     if units.size == 0:  # on_too_long="drop" left nothing: one empty wave, all counted
+        assert prob.idle_s is not None  # every replica sits it out: a placeholder each, or none
         return Plan(
             num_replicas=prob.num_replicas,
-            waves=(Wave(groups=()),),
-            predicted_time=0.0,
+            waves=(Wave(groups=(), barrier=prob.sync),),
+            predicted_time=float(prob.idle_s.max()),
             lower_bound=0.0,
             strategy=strategy,
             winner="none",

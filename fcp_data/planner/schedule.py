@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels import critical_path
+from .kernels import critical_path, group_waves, priced_critical_path
 from .plan import CPGroup, Plan, Wave
 from .problem import Problem
 
@@ -61,7 +61,23 @@ class Schedule:
             self.times = np.array(
                 [prob.set_time(m, r) for m, r in zip(self.members(), self.replica_sets)]
             )
-        if self.barrier_after is None and self.replica_sets is None:
+        windows = self.barrier_after is None and self.replica_sets is None
+        if prob.priced:  # placeholders in idle slots and/or a barrier after every wave
+            if windows:
+                self.makespan = float(
+                    priced_critical_path(
+                        self.starts,
+                        self.degs,
+                        self.times,
+                        prob.num_replicas,
+                        prob.idle_s,
+                        prob.sync,
+                    )
+                )
+            else:
+                self.makespan = self._priced_makespan(prob)
+            return self
+        if windows:
             self.makespan = float(
                 critical_path(self.starts, self.degs, self.times, prob.num_replicas)
             )
@@ -75,6 +91,51 @@ class Schedule:
         self.makespan = float(free.max())
         return self
 
+    def wave_index(self, num_replicas: int) -> tuple[np.ndarray, set[int]]:
+        """The wave of each group and the waves that end with a barrier.
+
+        wave(g) = 1 + the latest wave of an earlier group on one of its replicas, and no earlier
+        than the wave after the last barrier (a group marked `barrier_after` closes the latest
+        wave so far).
+        """
+        if self.barrier_after is None and self.replica_sets is None:
+            return group_waves(self.starts, self.degs, num_replicas), set()
+        last = np.full(num_replicas, -1, np.int64)
+        wave = np.empty(self.starts.size, np.int64)
+        barriers: set[int] = set()
+        floor = 0
+        for g in range(self.starts.size):
+            reps = self.replicas(g)
+            w = max(floor, int(last[reps].max()) + 1)
+            last[reps] = w
+            wave[g] = w
+            if self.barrier_after is not None and self.barrier_after[g]:
+                wb = int(last.max())
+                barriers.add(wb)
+                floor = wb + 1
+                last[:] = wb
+        return wave, barriers
+
+    def _priced_makespan(self, prob: Problem) -> float:
+        """The priced critical path of a schedule on replica sets or with barriers, wave by wave
+        as `simulate.score_plan` runs a plan."""
+        wave, barriers = self.wave_index(prob.num_replicas)
+        assert prob.idle_s is not None
+        free = np.zeros(prob.num_replicas)
+        num_waves = int(wave.max()) + 1 if wave.size else 0
+        by_wave = np.argsort(wave, kind="stable")
+        cut = np.searchsorted(wave[by_wave], np.arange(num_waves + 1))
+        for w in range(num_waves):
+            idle = np.ones(prob.num_replicas, dtype=bool)
+            for g in by_wave[cut[w] : cut[w + 1]].tolist():
+                r = self.replicas(g)
+                free[r] = free[r].max() + self.times[g]
+                idle[r] = False
+            free[idle] += prob.idle_s[idle]
+            if prob.sync or w in barriers:
+                free[:] = free.max()
+        return float(free.max())
+
     def to_plan(
         self,
         prob: Problem,
@@ -84,11 +145,12 @@ class Schedule:
         lower: float,
         dropped: tuple[int, ...] = (),
     ) -> Plan:
-        """Waves by the rule wave(g) = 1 + max wave of the previous group on any member."""
-        last = np.full(prob.num_replicas, -1, np.int64)
-        waves: list[list[CPGroup]] = []
-        barrier_wave: list[bool] = []
-        floor = 0
+        """Waves by the rule wave(g) = 1 + max wave of the previous group on any member (see
+        `wave_index`); under `Cluster(sync_waves=True)` every wave is a barrier wave."""
+        wave_of, barriers = self.wave_index(prob.num_replicas)
+        num_waves = int(wave_of.max()) + 1 if wave_of.size else 0
+        waves: list[list[CPGroup]] = [[] for _ in range(num_waves)]
+        barrier_wave = [prob.sync or w in barriers for w in range(num_waves)]
         flat, bounds = self._sorted_members(prob.lens)
         ids_l, lens_l, causal_l = (
             flat.tolist(),
@@ -96,13 +158,8 @@ class Schedule:
             prob.causal[flat].tolist(),
         )
         times_l = self.times.tolist()
-        for g in range(self.starts.size):
+        for g, w in enumerate(wave_of.tolist()):
             reps = self.replicas(g)
-            w = max(floor, int(last[reps].max()) + 1)
-            last[reps] = w
-            while len(waves) <= w:
-                waves.append([])
-                barrier_wave.append(False)
             a, b = bounds[g], bounds[g + 1]
             rl = reps.tolist()
             waves[w].append(
@@ -118,11 +175,6 @@ class Schedule:
                     else prob.cluster.spans_nodes(rl),
                 )
             )
-            if self.barrier_after is not None and self.barrier_after[g]:
-                wb = int(last.max())
-                barrier_wave[wb] = True
-                floor = wb + 1
-                last[:] = wb
         plan = Plan(
             num_replicas=prob.num_replicas,
             waves=tuple(

@@ -2,8 +2,11 @@
 
 The execution model (docs/design.md): replicas run their micro-batches in wave order; a CP group
 starts when all its members are free (and after any barrier wave) and occupies them for its
-predicted time; the gradient all-reduce after the last wave is the only global barrier. The
-scorer recomputes every group's time from the sequence lengths with `CostModel.group_time`, so
+predicted time; the gradient all-reduce after the last wave is the only global barrier. A
+replica that sits a wave out runs a placeholder micro-batch there (`Cluster.idle`
+"placeholder" or "fill"; `CostModel.placeholder_seconds`) in its own order of micro-batches, so
+it may delay the replica's next group; under `Cluster(sync_waves=True)` every wave ends with a
+barrier. The scorer recomputes every group's time from the sequence lengths with `CostModel.group_time`, so
 it checks the planner rather than trusting it. `check_plan` verifies a plan's invariants.
 """
 
@@ -28,8 +31,9 @@ __all__ = ["Score", "check_plan", "lower_bound_of", "score_plan"]
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Score:
-    """makespan: critical path (s); busy: per-replica busy seconds; utilization: Σbusy / (N ·
-    makespan); lower_bound and ratio = makespan / lower_bound."""
+    """makespan: critical path (s); busy: per-replica seconds in CP groups; utilization: Σbusy /
+    (N · makespan); lower_bound and ratio = makespan / lower_bound; idle_slots: (replica, wave)
+    slots without a group (each runs a placeholder unless `Cluster(idle="empty")`)."""
 
     makespan: float
     busy: np.ndarray
@@ -37,6 +41,7 @@ class Score:
     lower_bound: float
     ratio: float
     group_times: list[float]
+    idle_slots: int = 0
 
 
 def lower_bound_of(
@@ -83,7 +88,14 @@ def score_plan(
     vision: VisionWork | None = None,
 ) -> Score:
     """Critical path of `plan`; with `vision`, each group also spends its busiest member's
-    decode + encoder time for the units it holds (priced by `cost.vision`)."""
+    decode + encoder time for the units it holds (priced by `cost.vision`).
+
+    Each (replica, wave) slot without a group costs the replica one placeholder micro-batch
+    (`cost.placeholder_seconds(cluster)`, none under `Cluster(idle="empty")`) after its
+    micro-batches of the earlier waves; `busy` and `utilization` count groups only (a
+    placeholder trains nothing) and `idle_slots` counts such slots. A wave ends with a barrier when it is marked so or the cluster has
+    `sync_waves`.
+    """
     lens = np.asarray(seqlens, dtype=np.int64)
     caus = _causal_array(causal, lens.size)
     load = None
@@ -94,10 +106,13 @@ def score_plan(
             )
         load = VisionLoad.build(vision, cost.vision, lens)
     speed = cluster.speeds()
+    idle_s = cost.placeholder_seconds(cluster)
     free = np.zeros(cluster.num_replicas)
     busy = np.zeros(cluster.num_replicas)
     times: list[float] = []
+    idle_slots = 0
     for wave in plan.waves:
+        idle = np.ones(cluster.num_replicas, dtype=bool)
         for g in wave.groups:
             ids = list(g.sequence_ids)
             reps = list(g.replicas)
@@ -112,8 +127,12 @@ def score_plan(
                 t += _vision_seconds(load, lens, ids, g.degree) / float(speed[reps].min())
             free[reps] = free[reps].max() + t
             busy[reps] += t
+            idle[reps] = False
             times.append(t)
-        if wave.barrier:
+        if cluster.prices_idle:
+            free[idle] += idle_s[idle]
+        idle_slots += int(idle.sum())
+        if wave.barrier or cluster.sync_waves:
             free[:] = free.max()
     makespan = float(free.max())
     lower = lower_bound_of(lens, cluster, cost, causal=caus, exclude=plan.dropped, vision=vision)
@@ -125,6 +144,7 @@ def score_plan(
         lower_bound=lower,
         ratio=makespan / lower if lower > 0 else 1.0,
         group_times=times,
+        idle_slots=idle_slots,
     )
 
 
