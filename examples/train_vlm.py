@@ -8,13 +8,12 @@
 The job is `fcp_exec.demo.vlm` (what `fcp demo` runs as its step 4); per micro-batch it does:
 
     with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
-        if not mb.is_empty:
-            embeds = lm.embed_tokens(mb.tokens)
-            embeds = encode_and_scatter(model.model.visual, mb, embeds, group=cp.group)
-            hidden = lm(inputs_embeds=embeds[None], position_ids=hf_position_ids(mb),
-                        **hf_attention_kwargs(mb, cp)).last_hidden_state
-            loss = (token_ce(model.lm_head(hidden)[0], mb.labels) * mb.loss_mask).sum()
-            (loss / mb.global_num_loss_tokens).backward()
+        embeds = lm.embed_tokens(mb.tokens)
+        embeds = encode_and_scatter(model.model.visual, mb, embeds, group=cp.group)
+        hidden = lm(inputs_embeds=embeds[None], position_ids=hf_position_ids(mb),
+                    **hf_attention_kwargs(mb, cp)).last_hidden_state
+        loss = (token_ce(model.lm_head(hidden)[0], mb.labels) * mb.loss_mask).sum()
+        (loss / mb.global_num_loss_tokens).backward()
     # after the last wave: all_reduce_gradients(model) (a SUM), optimizer step
 
 `encode_and_scatter` runs the vision tower only on the tubelets whose tokens this replica

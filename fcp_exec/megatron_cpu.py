@@ -6,7 +6,13 @@ every tensor they move is on the CPU. Inside `cuda_on_cpu()` (a no-op when CUDA 
 a torch function mode rewrites a CUDA `device=` of tensor factories to "cpu", and
 `current_device` / `synchronize` answer as a one-device CPU machine would, and megatron's
 model-parallel RNG tracker (CUDA generator states, forked around dropout) forks nothing, so
-use it with every dropout at 0 (fcp's ring attention has none). Nothing else is changed:
+use it with every dropout at 0 (fcp's ring attention has none). With
+`cuda_type_names=True` (megatron's DDP and distributed optimizer), `Tensor.type()` without
+arguments on a CPU tensor also answers the CUDA type name ("torch.cuda.FloatTensor"): the
+distributed optimizer files each parameter by that name and refuses any other ("Wrapped
+parameters must be one of torch.cuda.FloatTensor, ..."); `Tensor.type(dtype)` conversions are
+untouched. Enter that variant around megatron's DDP / optimizer constructors and
+`optimizer.step()` only. Nothing else is changed:
 every computation and collective is the real one, on gloo. Like `keep_rotary_on_cpu`, this is
 for CPU runs only; GPU runs never enter it.
 """
@@ -41,8 +47,21 @@ class _CudaFactoriesOnCpu(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class _CudaTypeNames(TorchFunctionMode):
+    """`Tensor.type()` of a CPU tensor reports the CUDA type name; everything else passes."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            name: str = func(*args)
+            if name.startswith("torch.") and not name.startswith("torch.cuda."):
+                return "torch.cuda." + name.removeprefix("torch.")
+            return name
+        return func(*args, **kwargs)
+
+
 @contextmanager
-def cuda_on_cpu() -> Iterator[None]:
+def cuda_on_cpu(*, cuda_type_names: bool = False) -> Iterator[None]:
     """Run megatron's CUDA-only allocations on the CPU (a no-op where CUDA exists).
 
     Process-wide while it is entered (it patches `torch.cuda` functions): enter it once around
@@ -59,7 +78,7 @@ def cuda_on_cpu() -> Iterator[None]:
     torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
     tracker.fork = lambda *a, **k: nullcontext()  # the instance's, not the class's
     try:
-        with _CudaFactoriesOnCpu():
+        with _CudaFactoriesOnCpu(), _CudaTypeNames() if cuda_type_names else nullcontext():
             yield
     finally:
         torch.cuda.current_device, torch.cuda.synchronize = saved

@@ -303,6 +303,36 @@ class BatchBuilder:
         )
         return mb, bad
 
+    def _idle(
+        self,
+        rank_plan: RankPlan,
+        global_loss: int,
+        wave_groups: tuple[tuple[int, ...], ...],
+        epoch: int,
+        batch_index: int,
+    ) -> MicroBatch:
+        """The micro-batch of a wave this replica sits out: a placeholder (or empty) one; on the
+        vision path it carries an empty pixel payload and M-RoPE ids (its positions on all 3
+        axes), so the model's own forward takes it like any text-only micro-batch."""
+        common = {"global_num_loss_tokens": global_loss, "wave_groups": wave_groups,
+                  "epoch": epoch, "batch_index": batch_index}  # fmt: skip
+        if self.idle == "empty":
+            return MicroBatch.empty(rank_plan, **common)
+        mb = MicroBatch.placeholder(
+            rank_plan, unit=self.cluster.pad_unit, pad_id=self.pad_id, **common
+        )
+        enc = self.encoder
+        if isinstance(enc, SampleEncoder) and enc.vision is not None and enc.rule is not None:
+            spec = enc._spec()
+            payload = build_payload(
+                PayloadParts(), spec, row_width=3 * spec.temporal * spec.patch**2
+            )
+            if payload["mrope_position_ids"] is not None:
+                payload["mrope_position_ids"] = mb.position_ids.expand(3, -1).clone()
+            for name, value in payload.items():
+                setattr(mb, name, value)
+        return mb
+
     def build(self, epoch: int, batch_index: int, order: np.ndarray | None = None) -> PlannedBatch:
         ids = self.sampler.batch(epoch, batch_index, order)
         t0 = time.perf_counter()
@@ -328,18 +358,7 @@ class BatchBuilder:
             rank_plan = plan.for_replica(self.replica, w)
             wave_groups = tuple(g.replicas for g in plan.waves[w].groups)
             if rank_plan.is_empty:  # this replica sits the wave out
-                make = MicroBatch.placeholder if self.idle == "placeholder" else MicroBatch.empty
-                extra = {"unit": self.cluster.pad_unit, "pad_id": self.pad_id}
-                mbs.append(
-                    make(
-                        rank_plan,
-                        global_num_loss_tokens=global_loss,
-                        wave_groups=wave_groups,
-                        epoch=epoch,
-                        batch_index=batch_index,
-                        **(extra if self.idle == "placeholder" else {}),
-                    )
-                )
+                mbs.append(self._idle(rank_plan, global_loss, wave_groups, epoch, batch_index))
                 continue
             mb, bad = self._micro_batch(
                 rank_plan, ids, wave_groups, global_loss, epoch, batch_index

@@ -2,7 +2,9 @@
 
 Enumerates every partition of the sequences into micro-batches, every order of them and every
 contiguous replica window (start, degree) holding each, with groups starting as soon as their
-window is free. Exponential: for tests and benchmarks with at most ~5 sequences on ~4 replicas.
+window is free. Idle (replica, wave) slots and wave barriers are priced as the planner prices
+them (`Cluster.idle`, `Cluster.sync_waves`; `kernels.priced_critical_path`). Exponential: for
+tests and benchmarks with at most ~5 sequences on ~4 replicas.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def exhaustive_optimum(
     n, rpn, cap = cluster.num_replicas, cluster.replicas_per_node, cost.capacity_tokens(cluster)
     unit = cluster.pad_unit
     speed = cluster.speeds()
+    idle_s = cost.placeholder_seconds(cluster)
+    priced = cluster.sync_waves or bool(np.any(idle_s > 0))
     best = math.inf
     for part in _set_partitions(list(range(lens.size))):
         options = []
@@ -65,6 +69,9 @@ def exhaustive_optimum(
         else:
             for perm in itertools.permutations(range(len(part))):
                 for choice in itertools.product(*(options[i] for i in perm)):
+                    if priced:
+                        best = min(best, _priced(choice, n, idle_s, cluster.sync_waves))
+                        continue
                     free = [0.0] * n
                     for s0, d, t in choice:
                         end = max(free[s0 : s0 + d]) + t
@@ -73,3 +80,31 @@ def exhaustive_optimum(
                             break
                     best = min(best, max(free))
     return best
+
+
+def _priced(
+    choice: tuple[tuple[int, int, float], ...], n: int, idle_s: np.ndarray, sync: bool
+) -> float:
+    """Makespan of (start, degree, time) groups run in order, idle slots priced: the same
+    execution model as `kernels.priced_critical_path`, written out plainly as a check on it."""
+    last = [-1] * n
+    waves = []
+    for s0, d, _ in choice:
+        w = max(last[s0 : s0 + d]) + 1
+        last[s0 : s0 + d] = [w] * d
+        waves.append(w)
+    num_waves = max(waves) + 1
+    free = [0.0] * n
+    for w in range(num_waves):
+        busy = [False] * n
+        for (s0, d, t), gw in zip(choice, waves):
+            if gw == w:
+                end = max(free[s0 : s0 + d]) + t
+                free[s0 : s0 + d] = [end] * d
+                busy[s0 : s0 + d] = [True] * d
+        for r in range(n):
+            if not busy[r]:
+                free[r] += float(idle_s[r])
+        if sync:
+            free = [max(free)] * n
+    return max(free)

@@ -6,8 +6,9 @@ predicted time; the gradient all-reduce after the last wave is the only global b
 replica that sits a wave out runs a placeholder micro-batch there (`Cluster.idle`
 "placeholder" or "fill"; `CostModel.placeholder_seconds`) in its own order of micro-batches, so
 it may delay the replica's next group; under `Cluster(sync_waves=True)` every wave ends with a
-barrier. The scorer recomputes every group's time from the sequence lengths with `CostModel.group_time`, so
-it checks the planner rather than trusting it. `check_plan` verifies a plan's invariants.
+barrier. The scorer recomputes every group's time from the sequence lengths with
+`CostModel.group_time`, so it checks the planner rather than trusting it. `check_plan` verifies
+a plan's invariants.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def score_plan(
     Each (replica, wave) slot without a group costs the replica one placeholder micro-batch
     (`cost.placeholder_seconds(cluster)`, none under `Cluster(idle="empty")`) after its
     micro-batches of the earlier waves; `busy` and `utilization` count groups only (a
-    placeholder trains nothing) and `idle_slots` counts such slots. A wave ends with a barrier when it is marked so or the cluster has
-    `sync_waves`.
+    placeholder trains nothing) and `idle_slots` counts such slots. A wave ends with a barrier
+    when it is marked so or the cluster has `sync_waves`.
     """
     lens = np.asarray(seqlens, dtype=np.int64)
     caus = _causal_array(causal, lens.size)

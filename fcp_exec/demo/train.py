@@ -102,19 +102,18 @@ def _train(
     loss_sum, busy, t_step = torch.zeros(()), 0.0, time.perf_counter()
     for mb in _epochs(loader):
         with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups, verify=not records):
-            if not mb.is_empty:
-                t0 = time.perf_counter()
-                out = model(
-                    mb.tokens[None],
-                    mb.position_ids[None],
-                    None,
-                    labels=mb.labels[None],
-                    packed_seq_params=packed_seq_params(mb),
-                )
-                loss = (out[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
-                loss.backward()
-                busy += time.perf_counter() - t0
-                loss_sum += loss.detach()
+            t0 = time.perf_counter()
+            out = model(
+                mb.tokens[None],
+                mb.position_ids[None],
+                None,
+                labels=mb.labels[None],
+                packed_seq_params=packed_seq_params(mb),
+            )
+            loss = (out[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
+            loss.backward()
+            busy += time.perf_counter() - t0
+            loss_sum += loss.detach()
         if not mb.is_last_wave:
             continue
         all_reduce_gradients(model)  # a sum: each replica holds exact per-token shares

@@ -157,22 +157,19 @@ def train(args: argparse.Namespace) -> None:
     enc = torch.zeros(2, dtype=torch.int64, device=dev)  # (tubelets encoded, whole videos)
     for mb in loader:
         with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
-            if not mb.is_empty:
-                mb = mb.to(dev)
-                t0 = time.perf_counter()
-                embeds = encode_and_scatter(visual, mb, lm.embed_tokens(mb.tokens), group=cp.group)
-                hidden = lm(inputs_embeds=embeds[None], position_ids=hf_position_ids(mb),
-                            **hf_attention_kwargs(mb, cp)).last_hidden_state  # fmt: skip
-                logits = model.lm_head(hidden)[0]
-                ce = torch.nn.functional.cross_entropy(
-                    logits, mb.labels.clamp(min=0), reduction="none"
-                )
-                loss = (ce * mb.loss_mask).sum() / mb.global_num_loss_tokens
-                loss.backward()
-                busy += time.perf_counter() - t0
-                loss_sum += loss.detach()
-                whole = int(np.sum(units[list(mb.sample_ids)]))
-                enc += torch.tensor([mb.vision_units, whole], device=dev)
+            mb = mb.to(dev)
+            t0 = time.perf_counter()
+            embeds = encode_and_scatter(visual, mb, lm.embed_tokens(mb.tokens), group=cp.group)
+            hidden = lm(inputs_embeds=embeds[None], position_ids=hf_position_ids(mb),
+                        **hf_attention_kwargs(mb, cp)).last_hidden_state  # fmt: skip
+            logits = model.lm_head(hidden)[0]
+            ce = torch.nn.functional.cross_entropy(logits, mb.labels.clamp(min=0), reduction="none")
+            loss = (ce * mb.loss_mask).sum() / mb.global_num_loss_tokens
+            loss.backward()
+            busy += time.perf_counter() - t0
+            loss_sum += loss.detach()
+            whole = int(np.sum(units[list(mb.sample_ids)]))
+            enc += torch.tensor([mb.vision_units, whole], device=dev)
         if not mb.is_last_wave:
             continue
         all_reduce_gradients(model)

@@ -33,9 +33,8 @@ from fcp_data.planner.plan import CPGroup, Plan, RankPlan, Wave
 from fcp_exec import CPGroupCache, ReplicaRanks, cp_context
 from fcp_exec.megatron import FCPCoreAttention, fcp_process_groups, keep_rotary_on_cpu
 from fcp_exec.megatron import packed_seq_params as make_packed_seq_params
+from fcp_exec.megatron_cpu import cuda_on_cpu
 from fcp_exec.megatron_ddp import ddp_gradient_factor, finish_step, wave_sync
-
-from ._megatron_cpu import megatron_cuda_on_cpu
 
 __all__ = ["BUCKET_SIZE", "STEPS", "VARIANTS", "ddp_worker"]
 
@@ -203,7 +202,7 @@ def _train_fcp(
         adam_beta2=BETAS[1], adam_eps=EPS, clip_grad=0.0, decoupled_weight_decay=False,
         use_distributed_optimizer=True, params_dtype=torch.float32,
     )  # fmt: skip
-    with megatron_cuda_on_cpu():
+    with cuda_on_cpu(cuda_type_names=True):
         ddp = DistributedDataParallel(config, ddp_config, model)
         optimizer = get_megatron_optimizer(opt_config, [ddp])
     assert len(ddp.bucket_groups) >= 4, f"want several buckets, got {len(ddp.bucket_groups)}"
@@ -237,7 +236,7 @@ def _train_fcp(
         factor = finish_step(ddp, rescale_average=variant == "average-rescaled")
         assert factor == (4.0 if variant == "average-rescaled" else 1.0)
         grads.append(_gathered_grads(ddp))
-        with megatron_cuda_on_cpu():
+        with cuda_on_cpu(cuda_type_names=True):
             ok, _, _ = optimizer.step()
         assert ok, "megatron optimizer skipped the step"
         dist.all_reduce(total)
