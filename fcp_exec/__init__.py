@@ -13,6 +13,11 @@ holds, scatter them into its embeddings), `fcp_exec.hf` (ring attention as the t
 attention implementation "fcp_ring"), `fcp_exec.megatron_mm` (megatron-core GPTModel on
 decoder_input with rank-local M-RoPE).
 
+Parallel layouts (docs/layouts/): `fcp_exec.megatron` (TP, sequence parallel, PP through
+megatron's schedule: `fcp_gpt_spec`, `check_layout`), `fcp_exec.megatron_ddp` (megatron DDP
+and the distributed optimizer: `finish_step`), `fcp_exec.fsdp` (FSDP2 / HSDP that sum:
+`fully_shard_for_fcp`), `fcp_exec.megatron_cpu` (megatron's CUDA-only code paths on CPU).
+
 Importing fcp_exec imports torch only; megatron-core, the planner, flash-attn and torch_npu are
 imported when first used (`fcp_exec.megatron` needs megatron-core).
 """

@@ -31,9 +31,11 @@ summed over the TP group, and a word embedding tied to the output layer across p
 stages is summed over megatron's embedding group (first and last stage; 0.72 relative off
 without it at PP = 2).
 
-With megatron-core's DistributedDataParallel use its own reduction instead (see
-docs/layouts/megatron-ddp.md): `TransformerConfig(calculate_per_token_loss=True)` makes it sum
-(gradient_scaling_factor 1.0, ReduceOp.SUM); by default it averages over the DP x CP group.
+With megatron-core's DistributedDataParallel use its own reduction instead,
+`fcp_exec.megatron_ddp.finish_step` (docs/layouts/megatron-ddp.md):
+`TransformerConfig(calculate_per_token_loss=True)` makes it sum (gradient_scaling_factor 1.0,
+ReduceOp.SUM); by default it averages over the DP x CP group. Under FSDP2 never call this
+(each rank holds a different shard): `fcp_exec.fsdp.fully_shard_for_fcp` makes FSDP sum.
 """
 
 from __future__ import annotations
