@@ -4,6 +4,7 @@
     python examples/train_megatron.py --replicas 4 --steps 8
     python examples/train_megatron.py --tp 2 --sequence-parallel   # 2 replicas of TP = 2
     python examples/train_megatron.py --pp 2                       # megatron's 1F1B schedule
+    python examples/train_megatron.py --distributed-optimizer      # megatron DDP + ZeRO-1
     torchrun --nproc-per-node 4 examples/train_megatron.py --index out/index
 
 A replica is TP x PP processes (megatron's rank order, TP fastest); world size, rank and
@@ -62,6 +63,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages of a replica (1F1B)")
     p.add_argument("--sequence-parallel", action="store_true", help="megatron SP (needs TP > 1)")
+    p.add_argument("--distributed-optimizer", action="store_true",
+                   help="megatron DDP (overlapped buckets) + distributed optimizer")  # fmt: skip
     args = p.parse_args(argv)
     if args.sequence_parallel and args.tp == 1:
         p.error("--sequence-parallel needs --tp > 1")
@@ -122,10 +125,14 @@ def run_batch(model: torch.nn.Module, mbs: list, groups: object, args: argparse.
 
     mbs = [mb.to(device) for mb in mbs]
     if args.pp == 1:
+        from fcp_exec.megatron_ddp import wave_sync
+
         loss = torch.zeros((), device=device)
         for mb in mbs:
-            wave_loss = (forward(mb)[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
-            wave_loss.backward()
+            # megatron DDP: no_sync for every wave but the last (its buckets overlap the last)
+            with wave_sync(model, mb) if args.distributed_optimizer else contextlib.nullcontext():
+                wave_loss = (forward(mb)[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
+                wave_loss.backward()
             loss += wave_loss.detach()
         return loss
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -156,16 +163,35 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     from fcp_data.profiling import shipped_profile
     from fcp_exec import CPGroupCache, ReplicaRanks, all_reduce_gradients
     from fcp_exec.megatron import check_layout
+    from fcp_exec.megatron_cpu import cuda_on_cpu
+    from fcp_exec.megatron_ddp import finish_step
 
     ranks = ReplicaRanks(world_size=world, tensor_parallel=args.tp, pipeline_parallel=args.pp)
     replica = ranks.position(rank)[0]
     groups = CPGroupCache(ranks)
     model = build_model(args, device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    config = model.config
+    if args.distributed_optimizer:  # megatron reduces (a SUM: calculate_per_token_loss=True)
+        from megatron.core.distributed import DistributedDataParallel as DDP
+        from megatron.core.distributed import DistributedDataParallelConfig
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        from fcp_exec.megatron_cpu import cuda_on_cpu
+
+        with cuda_on_cpu(cuda_type_names=True):  # megatron files parameters by CUDA type
+            model = DDP(config, DistributedDataParallelConfig(
+                overlap_grad_reduce=True, use_distributed_optimizer=True), model)  # fmt: skip
+            optimizer = get_megatron_optimizer(
+                OptimizerConfig(optimizer="adam", lr=args.lr, use_distributed_optimizer=True),
+                [model],
+            )
+        config.no_sync_func = model.no_sync  # PP: megatron's schedule syncs the last wave only
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     cluster = Cluster(ranks.num_replicas, tokens_per_replica=args.tokens_per_replica,
                       tensor_parallel=args.tp, pipeline_parallel=args.pp,
                       sequence_parallel=args.sequence_parallel)  # fmt: skip
-    check_layout(model.config, cluster, ranks)  # model, planner and ranks agree, or ConfigError
+    check_layout(config, cluster, ranks)  # model, planner and ranks agree, or ConfigError
     loader = FCPDataLoader(
         args.index, cluster=cluster, cost=CostModel.load(shipped_profile("cpu-small")),
         replica=replica, num_workers=1, global_batch_size=args.global_batch,
@@ -188,9 +214,16 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
             t0 = time.perf_counter()
             loss = run_batch(model, batch, groups, args, device)
             busy = time.perf_counter() - t0
-            all_reduce_gradients(model)  # SUM over the replicas' data-parallel group
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            if args.distributed_optimizer:
+                finish_step(model)  # finalize_model_grads: DDP's buckets, TP and PP sums
+                with cuda_on_cpu(cuda_type_names=True):
+                    optimizer.step()  # reduce-scattered gradients in, gathered weights out
+                model.zero_grad_buffer()
+                optimizer.zero_grad()
+            else:
+                all_reduce_gradients(model)  # SUM over the replicas' data-parallel group
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
             stats = torch.tensor([float(loss) if counts_loss else 0.0, busy,
                                   time.perf_counter() - t_step])  # fmt: skip
             dist.all_reduce(stats[:1])  # the global per-token loss

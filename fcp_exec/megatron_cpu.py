@@ -72,8 +72,12 @@ def cuda_on_cpu(*, cuda_type_names: bool = False) -> Iterator[None]:
         return
     from megatron.core.tensor_parallel import random as mp_random
 
-    saved = torch.cuda.current_device, torch.cuda.synchronize
     tracker = mp_random.get_cuda_rng_tracker()  # the one instance every module asks for
+    if "fork" in vars(tracker):  # nested in an outer cuda_on_cpu: only add the type names
+        with _CudaTypeNames() if cuda_type_names else nullcontext():
+            yield
+        return
+    saved = torch.cuda.current_device, torch.cuda.synchronize
     torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]  # also in backward
     torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
     tracker.fork = lambda *a, **k: nullcontext()  # the instance's, not the class's

@@ -29,7 +29,7 @@ from .baselines import megatron_hybrid, static_megatron
 from .bounds import lower_bound
 from .cluster import Cluster
 from .cost import CostModel
-from .fill import fill_idle
+from .fill import align_waves, fill_idle
 from .lanes import lane_candidates, static_balanced
 from .moldable import moldable_schedule
 from .paper import paper_schedule
@@ -170,6 +170,18 @@ def _blind_candidates(
     return out
 
 
+def _with_aligned(prob: Problem, found: list[Schedule]) -> list[Schedule]:
+    """Under sync_waves, each lane candidate preceded by its lanes' queues sorted longest first
+    (`fill.align_waves`), when that is predicted no slower."""
+    out: list[Schedule] = []
+    for sch in found:
+        aligned = align_waves(prob, sch)
+        if aligned is not None and aligned.makespan <= sch.makespan:
+            out.append(aligned)
+        out.append(sch)
+    return out
+
+
 FILL_BEST = 3  # candidates filled under idle="fill": the best ones by predicted time
 
 
@@ -253,6 +265,8 @@ def plan_global_batch(
     found = [s for s in _FAMILIES[strategy](prob, lower, units) if s is not None]
     if blind is not None and strategy in ("fcp", "pow2"):
         found += _blind_candidates(blind, prob, keep, strategy)
+    if prob.sync and strategy in FILLED:
+        found = _with_aligned(prob, found)
     if cluster.idle == "fill" and strategy in FILLED:
         found = _with_filled(prob, found)
     if not found:

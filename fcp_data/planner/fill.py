@@ -30,7 +30,7 @@ from .kernels import group_waves, priced_critical_path
 from .problem import Problem
 from .schedule import Schedule
 
-__all__ = ["fill_idle"]
+__all__ = ["align_waves", "fill_idle"]
 
 MAX_DEGREE_TRIES = 4  # widths tried per (run, neighbour): the whole run, then fewer replicas
 
@@ -191,3 +191,48 @@ def fill_idle(prob: Problem, sch: Schedule) -> Schedule | None:
     if (filler.starts.tobytes(), filler.degs.tobytes()) == before:
         return None
     return filler.schedule(f"{sch.name}+fill").score(prob)
+
+
+def align_waves(prob: Problem, sch: Schedule) -> Schedule | None:
+    """Under `Cluster(sync_waves=True)`, each lane's micro-batches longest first; None when
+    `sch` ends in no lanes or is already so ordered.
+
+    With a barrier after every wave, a lane plan's k-th micro-batches run together and the wave
+    lasts as long as the longest of them: the step is Σ_k max over lanes of the k-th time. For
+    fixed lane contents that sum is smallest when every lane runs its micro-batches longest
+    first (for any time τ, at least as many waves last more than τ as the lane with the most
+    micro-batches longer than τ has; sorted queues meet that count for every τ). Lanes are
+    the disjoint windows of the schedule's longest suffix of groups on such windows, so a
+    prologue of wide groups stays where it is.
+    """
+    if sch.replica_sets is not None or sch.barrier_after is not None or sch.starts.size < 2:
+        return None
+    windows: dict[tuple[int, int], list[int]] = {}
+    covered = np.zeros(prob.num_replicas, dtype=bool)
+    first = sch.starts.size
+    for g in range(sch.starts.size - 1, -1, -1):  # the longest suffix on disjoint windows
+        key = (int(sch.starts[g]), int(sch.degs[g]))
+        if key not in windows:
+            if covered[key[0] : key[0] + key[1]].any():
+                break
+            covered[key[0] : key[0] + key[1]] = True
+            windows[key] = []
+        windows[key].insert(0, g)
+        first = g
+    if len(windows) < 2:
+        return None
+    queues = [sorted(q, key=lambda g: (-sch.times[g], g)) for q in windows.values()]
+    if all(q == sorted(q) for q in queues):
+        return None
+    rounds = max(len(q) for q in queues)
+    suffix = [q[k] for k in range(rounds) for q in queues if k < len(q)]
+    order = np.array([*range(first), *suffix], np.int64)
+    members = sch.members()
+    counts = [members[g].size for g in order.tolist()]
+    return Schedule(
+        name=f"{sch.name}+aligned",
+        starts=sch.starts[order].copy(),
+        degs=sch.degs[order].copy(),
+        units=np.concatenate([members[g] for g in order.tolist()]).astype(np.int64),
+        unit_group=np.repeat(np.arange(order.size, dtype=np.int64), counts),
+    ).score(prob)
