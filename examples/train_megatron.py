@@ -182,7 +182,9 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
             model = DDP(config, DistributedDataParallelConfig(
                 overlap_grad_reduce=True, use_distributed_optimizer=True), model)  # fmt: skip
             optimizer = get_megatron_optimizer(
-                OptimizerConfig(optimizer="adam", lr=args.lr, use_distributed_optimizer=True),
+                OptimizerConfig(
+                    optimizer="adam", lr=args.lr, weight_decay=0.0, use_distributed_optimizer=True
+                ),  # torch Adam's defaults
                 [model],
             )
         config.no_sync_func = model.no_sync  # PP: megatron's schedule syncs the last wave only

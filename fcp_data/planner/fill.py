@@ -208,31 +208,34 @@ def align_waves(prob: Problem, sch: Schedule) -> Schedule | None:
     if sch.replica_sets is not None or sch.barrier_after is not None or sch.starts.size < 2:
         return None
     windows: dict[tuple[int, int], list[int]] = {}
-    covered = np.zeros(prob.num_replicas, dtype=bool)
+    covered = bytearray(prob.num_replicas)
     first = sch.starts.size
-    for g in range(sch.starts.size - 1, -1, -1):  # the longest suffix on disjoint windows
-        key = (int(sch.starts[g]), int(sch.degs[g]))
-        if key not in windows:
-            if covered[key[0] : key[0] + key[1]].any():
+    starts, degs = sch.starts.tolist(), sch.degs.tolist()
+    for g in range(len(starts) - 1, -1, -1):  # the longest suffix on disjoint windows
+        key = (starts[g], degs[g])
+        queue = windows.get(key)
+        if queue is None:
+            if any(covered[key[0] : key[0] + key[1]]):
                 break
-            covered[key[0] : key[0] + key[1]] = True
-            windows[key] = []
-        windows[key].insert(0, g)
+            covered[key[0] : key[0] + key[1]] = b"\x01" * key[1]
+            queue = windows[key] = []
+        queue.append(g)
         first = g
     if len(windows) < 2:
         return None
-    queues = [sorted(q, key=lambda g: (-sch.times[g], g)) for q in windows.values()]
+    times = sch.times.tolist()
+    queues = [sorted(q, key=lambda g: (-times[g], g)) for q in windows.values()]
     if all(q == sorted(q) for q in queues):
         return None
     rounds = max(len(q) for q in queues)
     suffix = [q[k] for k in range(rounds) for q in queues if k < len(q)]
     order = np.array([*range(first), *suffix], np.int64)
-    members = sch.members()
-    counts = [members[g].size for g in order.tolist()]
+    new_of = np.empty_like(order)
+    new_of[order] = np.arange(order.size)
     return Schedule(
         name=f"{sch.name}+aligned",
         starts=sch.starts[order].copy(),
         degs=sch.degs[order].copy(),
-        units=np.concatenate([members[g] for g in order.tolist()]).astype(np.int64),
-        unit_group=np.repeat(np.arange(order.size, dtype=np.int64), counts),
+        units=sch.units.copy(),
+        unit_group=new_of[sch.unit_group],
     ).score(prob)

@@ -35,8 +35,10 @@ class CPGroup(msgspec.Struct, frozen=True, kw_only=True):
 class Wave(msgspec.Struct, frozen=True, kw_only=True):
     """One micro-batch round. `barrier` marks a wave after which every replica synchronises.
 
-    fcp's own plans never need a barrier (a group starts when its members are free); the
-    megatron-core hybrid-CP baseline puts a barrier after each of its groups and is scored so.
+    fcp's own plans need no barrier (a group starts when its members are free) unless the
+    framework imposes one: under `Cluster(sync_waves=True)` (FSDP / ZeRO-3, whose per-layer
+    all-gathers span every rank) every wave is a barrier wave. The megatron-core hybrid-CP
+    baseline puts a barrier after each of its groups and is scored so.
     """
 
     groups: tuple[CPGroup, ...]
@@ -46,9 +48,11 @@ class Wave(msgspec.Struct, frozen=True, kw_only=True):
 class RankPlan(msgspec.Struct, frozen=True, kw_only=True):
     """One replica's view of one wave: what `fcp_exec.cp_context` and the collator consume.
 
-    A replica that has no group in a wave gets an *empty* RankPlan (`degree == 0`): its
-    micro-batch is a no-op that waits for no one, so every replica still yields one micro-batch
-    per wave and knows which one closes the global batch (`wave == num_waves - 1`).
+    A replica that has no group in a wave gets an *empty* RankPlan (`degree == 0`). It still
+    yields one micro-batch per wave and knows which one closes the global batch (`wave ==
+    num_waves - 1`): by default the loader's placeholder (2 x pad-unit loss-free tokens at
+    degree 1, which the plan's predicted time counts; `Cluster.idle`), or a zero-token one that
+    waits for no one under `idle="empty"`.
     """
 
     replica: int
@@ -77,7 +81,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
 
     `predicted_time` is the critical path under the execution model: waves are scanned in order,
     a group starts when all its members are free (after any barrier) and occupies them for its
-    predicted time; the gradient all-reduce after the last wave is the only global barrier.
+    predicted time, a replica that sits a wave out runs its placeholder micro-batch there
+    (unless `Cluster(idle="empty")`); the gradient all-reduce after the last wave is the only
+    global barrier unless `Cluster(sync_waves=True)` puts one after every wave.
     `candidates` holds every candidate's predicted time, `winner` the one kept. `dropped` lists
     sequence ids that a drop policy removed (too long for the whole cluster); they are counted,
     never silently lost. `digest` hashes the structure (see `structure_digest`).

@@ -320,3 +320,31 @@ def test_a_batch_with_every_sequence_dropped_still_runs_one_placeholder_each(qwe
     assert score_plan(plan, [5000, 4500], cl, qwen8b).makespan == plan.predicted_time
     off = Cluster(2, tokens_per_replica=2048, idle="empty")
     assert plan_global_batch([5000, 4500], off, qwen8b, on_too_long="drop").predicted_time == 0.0
+
+
+def test_barriers_run_each_lanes_queue_longest_first(qwen8b) -> None:
+    """Two lanes of one replica each, queues (short, long) and (long, short): with a barrier
+    per wave the step is long + long; aligned, longest first on both, long + short."""
+    from fcp_data.planner.fill import align_waves
+    from fcp_data.planner.problem import Problem
+    from fcp_data.planner.schedule import Schedule
+
+    lens = np.array([500, 4000, 4000, 500])
+    cl = Cluster(2, tokens_per_replica=8192, sync_waves=True)
+    prob = Problem.build(lens, cl, qwen8b)
+    sch = Schedule(
+        name="lanes",
+        starts=np.array([0, 1, 0, 1]),
+        degs=np.array([1, 1, 1, 1]),
+        units=np.arange(4),
+        unit_group=np.arange(4),
+    ).score(prob)
+    short, long = qwen8b.group_time([500], 1), qwen8b.group_time([4000], 1)
+    assert sch.makespan == pytest.approx(2 * long)
+    aligned = align_waves(prob, sch)
+    assert aligned is not None and aligned.name == "lanes+aligned"
+    assert aligned.makespan == pytest.approx(long + short)
+    assert sorted(aligned.units[np.argsort(aligned.unit_group)].tolist()) == [0, 1, 2, 3]
+    assert align_waves(prob, aligned) is None  # already longest first
+    plan = plan_global_batch(lens, cl, qwen8b)
+    assert plan.predicted_time <= aligned.makespan * (1 + 1e-12)
