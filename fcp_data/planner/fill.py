@@ -1,4 +1,7 @@
-"""The "fill" idle policy: give idle (replica, wave) slots real work where that is no slower.
+"""Idle slots and barriers: the "fill" policy and lane alignment under sync_waves.
+
+`fill_idle` gives idle (replica, wave) slots real work where that is no slower; `align_waves`
+runs each lane's micro-batches longest first when every wave ends with a barrier.
 
 Under `Cluster(idle="placeholder")` a replica that has no CP group in a wave runs a placeholder
 micro-batch (about beta1: 1.79 ms for Qwen3-8B on one H200) and trains nothing. With
@@ -17,7 +20,8 @@ slots priced, barriers included) does not grow, so filling never costs time:
 
 Waves are kept: the schedule is put in wave order (which changes no replica's sequence of
 micro-batches, so not its time), a widened group stays in its wave and a new group lands in
-the idle slot it fills. Memory holds: a wider group holds less per member (shard_tokens falls
+the first wave its replicas are all idle since their last group (the slot it was made for or
+an earlier one). Memory holds: a wider group holds less per member (shard_tokens falls
 with d) and a moved sequence gets a degree that holds it. Every sequence stays in exactly one
 group. The caller keeps the filled schedule only if its exact score is no worse.
 """

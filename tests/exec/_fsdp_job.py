@@ -14,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from ._hf_text_job import LENGTHS, make_text_model
-from ._vlm_job import load_tokenizer, token_loss
+from ._hf_text_job import LENGTHS, make_text_loader, make_text_model
+from ._vlm_job import plan_of_waves, token_loss
 
 # by length rank (0 = longest): (replicas, ranks of its sequences); replica 3 idle in wave 1
 WAVES = (
@@ -29,54 +28,12 @@ CASES = ("fsdp", "hsdp")
 
 
 def idle_planner(seqlens: Any, cluster: Any, cost: Any, *, causal: Any = True, **_: Any) -> Any:
-    """The fixed plan of WAVES (sequences found by length rank)."""
-    from fcp_data.planner import CPGroup, Plan, Wave
-
-    lens = np.asarray(seqlens, np.int64)
-    assert len(set(lens.tolist())) == len(lens) == len(LENGTHS), lens
-    order = [int(i) for i in np.argsort(-lens, kind="stable")]
-    flags = np.broadcast_to(np.asarray(causal, bool), lens.shape)
-    waves = []
-    for wave in WAVES:
-        groups = []
-        for replicas, ranks in wave:
-            ids = [order[r] for r in ranks]
-            groups.append(
-                CPGroup(
-                    replicas=replicas,
-                    degree=len(replicas),
-                    sequence_ids=tuple(ids),
-                    seqlens=tuple(int(lens[i]) for i in ids),
-                    causal=tuple(bool(flags[i]) for i in ids),
-                    predicted_time=1.0,
-                )
-            )
-        waves.append(Wave(groups=tuple(groups)))
-    return Plan(
-        num_replicas=cluster.num_replicas,
-        waves=tuple(waves),
-        predicted_time=2.0,
-        lower_bound=0.0,
-        strategy="explicit",
-        winner="explicit",
-    ).with_digest()
+    """The fixed plan of WAVES (sequences found by length rank): replica 3 idles in wave 1."""
+    return plan_of_waves(WAVES, len(LENGTHS), seqlens, cluster, cost, causal=causal)
 
 
 def make_idle_loader(index: Path, tok_path: Path, replicas: int, replica: int) -> Any:
-    from fcp_data.loader import FCPDataLoader, LoaderOptions
-    from fcp_data.planner import Cluster, CostModel
-    from fcp_data.readers import LengthIndex
-
-    return FCPDataLoader(
-        LengthIndex.open(index),
-        cluster=Cluster(replicas, tokens_per_replica=4096),
-        cost=CostModel.from_model("qwen3-1.7b", "cpu"),
-        replica=replica,
-        global_batch_size=len(LENGTHS),
-        num_workers=0,
-        tokenizer=load_tokenizer(tok_path),
-        options=LoaderOptions(planner=idle_planner),  # idle="placeholder" is the default
-    )
+    return make_text_loader(index, tok_path, replicas, replica, planner=idle_planner)
 
 
 def enable_checkpointing(model: Any) -> None:

@@ -35,7 +35,10 @@ def build_text_data(tmp: Path) -> tuple[Path, Path]:
     return tmp / "text-index", tok_path
 
 
-def make_text_loader(index: Path, tok_path: Path, replicas: int, replica: int) -> Any:
+def make_text_loader(
+    index: Path, tok_path: Path, replicas: int, replica: int, planner: Any = None
+) -> Any:
+    """planner: default the explicit mixed plan on several replicas, the real one on one."""
     from fcp_data.loader import FCPDataLoader, LoaderOptions
     from fcp_data.planner import Cluster, CostModel
     from fcp_data.readers import LengthIndex
@@ -48,7 +51,9 @@ def make_text_loader(index: Path, tok_path: Path, replicas: int, replica: int) -
         global_batch_size=len(LENGTHS),
         num_workers=0,
         tokenizer=load_tokenizer(tok_path),
-        options=LoaderOptions(planner=explicit_planner if replicas > 1 else None),
+        options=LoaderOptions(
+            planner=planner or (explicit_planner if replicas > 1 else None)
+        ),  # idle="placeholder" is the default
     )
 
 

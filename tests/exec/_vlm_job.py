@@ -74,16 +74,26 @@ def build_data(tmp: Path) -> tuple[Path, Path]:
     return tmp / "index", tok_path
 
 
-def explicit_planner(seqlens: Any, cluster: Any, cost: Any, *, causal: Any = True, **_: Any) -> Any:
-    """The fixed mixed-degree plan of WAVES (sequences found by length rank)."""
+def plan_of_waves(
+    waves: Any,
+    expected: int,
+    seqlens: Any,
+    cluster: Any,
+    cost: Any,
+    *,
+    causal: Any = True,
+    **_: Any,
+) -> Any:
+    """A planner that returns the fixed plan `waves` (per wave: (replicas, length ranks)
+    groups; sequences found by length rank, so `expected` distinct lengths)."""
     from fcp_data.planner import CPGroup, Plan, Wave
 
     lens = np.asarray(seqlens, np.int64)
-    assert len(set(lens.tolist())) == len(lens) == len(SAMPLES), lens
+    assert len(set(lens.tolist())) == len(lens) == expected, lens
     order = [int(i) for i in np.argsort(-lens, kind="stable")]
     flags = np.broadcast_to(np.asarray(causal, bool), lens.shape)
-    waves = []
-    for wave in WAVES:
+    out = []
+    for wave in waves:
         groups = []
         for replicas, ranks in wave:
             ids = [order[r] for r in ranks]
@@ -97,15 +107,20 @@ def explicit_planner(seqlens: Any, cluster: Any, cost: Any, *, causal: Any = Tru
                     predicted_time=1.0,
                 )
             )
-        waves.append(Wave(groups=tuple(groups)))
+        out.append(Wave(groups=tuple(groups)))
     return Plan(
         num_replicas=cluster.num_replicas,
-        waves=tuple(waves),
+        waves=tuple(out),
         predicted_time=2.0,
         lower_bound=0.0,
         strategy="explicit",
         winner="explicit",
     ).with_digest()
+
+
+def explicit_planner(seqlens: Any, cluster: Any, cost: Any, *, causal: Any = True, **_: Any) -> Any:
+    """The fixed mixed-degree plan of WAVES (sequences found by length rank)."""
+    return plan_of_waves(WAVES, len(SAMPLES), seqlens, cluster, cost, causal=causal)
 
 
 def make_loader(index: Path, tok_path: Path, replicas: int, replica: int) -> Any:
