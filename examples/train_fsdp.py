@@ -122,7 +122,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
         args.index, cluster=Cluster(world, tokens_per_replica=args.tokens_per_replica),
         cost=CostModel.load(shipped_profile("cpu-small")), replica=rank, num_workers=args.workers,
         global_batch_size=args.global_batch, tokenizer=bytes4_ids,
-        options=LoaderOptions(eod_id=EOD, on_too_long="drop"),  # idle="placeholder" default
+        options=LoaderOptions(eod_id=EOD, on_too_long="drop"),  # Cluster: idle="placeholder"
     )  # fmt: skip
     records: list[dict] = []
     loss, idle, t_step, epoch = torch.zeros((), device=device), 0, time.perf_counter(), 0

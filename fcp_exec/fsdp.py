@@ -30,7 +30,7 @@ replicate dimension, both as sums.
 
 Every rank must run the model on every micro-batch: FSDP all-gathers each layer's parameters in
 its forward and reduce-scatters its gradients in its backward, collectives over the whole mesh.
-The loader's default placeholder micro-batch (`LoaderOptions(idle="placeholder")`: 2 loss-free
+The loader's default placeholder micro-batch (`Cluster(idle="placeholder")`: 2 loss-free
 tokens at degree 1) lets a replica that sits a wave out join them while adding exactly 0.
 
 Never `fcp_exec.all_reduce_gradients` an FSDP model: its sharded gradients are already summed

@@ -108,7 +108,7 @@ def hf_attention_kwargs(mb: Any, binding: Any) -> dict[str, Any]:
     if mb.is_empty:
         raise ExecError(
             "an empty micro-batch has nothing to run; build the loader with the default "
-            "LoaderOptions(idle='placeholder') so every replica runs every wave"
+            "Cluster(idle='placeholder') so every replica runs every wave"
         )
     ring = tuple(binding.ring)
     if len(ring) != mb.degree:

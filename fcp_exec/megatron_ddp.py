@@ -30,7 +30,7 @@ of the bucket reported a gradient; a replica that skips the forward of the last 
 none, its buckets are never launched and `finish_grad_sync` fails ("Communication call has not
 been issued for this bucket (0/5 params have grad available)" in the test) while the others
 wait in their collectives. The loader's default
-`LoaderOptions(idle="placeholder")` gives such a replica a loss-free 2-token micro-batch, so it
+`Cluster(idle="placeholder")` gives such a replica a loss-free 2-token micro-batch, so it
 runs forward and backward (every gradient exactly 0) like the others; `wave_sync` refuses an
 empty micro-batch for that reason. The loop (docs/layouts/megatron-ddp.md):
 
@@ -157,14 +157,14 @@ def wave_sync(
     the first waves, and with `overlap_grad_reduce=True` each bucket's collective starts during
     the last wave's backward. Raises ExecError for an empty micro-batch (no forward, so the
     replica's buckets would never be launched): build the loader with the default
-    `LoaderOptions(idle="placeholder")`.
+    `Cluster(idle="placeholder")`.
     """
     if mb.is_empty:
         raise ExecError(
             f"replica {mb.rank_plan.replica} got an empty micro-batch for wave {mb.wave}: it "
             "would skip forward and backward, and megatron DDP with overlap_grad_reduce=True "
             "then never launches its buckets; build the loader with the default "
-            "LoaderOptions(idle='placeholder') so every replica runs every wave"
+            "Cluster(idle='placeholder') so every replica runs every wave"
         )
     chunks = _chunks(model)
     if mb.is_last_wave:

@@ -14,7 +14,7 @@ loss-free sequence of 2 x unit tokens run at degree 1. Its loss mask is all zero
 exactly 0 to the loss and to every gradient, yet the model runs, so the replica takes part in
 every collective its framework issues inside forward and backward (FSDP all-gathers and
 reduce-scatters, DDP buckets, pipeline send/recv): skipping the forward on one rank deadlocks
-a sharded or pipelined job. `LoaderOptions(idle="empty")` yields zero-token micro-batches
+a sharded or pipelined job. `Cluster(idle="empty")` yields zero-token micro-batches
 (`is_empty`) instead, for plain loops with no collective inside the step.
 
 A MicroBatch is plain data (tensors and the plan); turning it into a training framework's
@@ -120,7 +120,7 @@ class MicroBatch:
     # ---- views -------------------------------------------------------------------------
     @property
     def is_empty(self) -> bool:
-        """No token to run (`LoaderOptions(idle="empty")`); a placeholder is not empty."""
+        """No token to run (`Cluster(idle="empty")`); a placeholder is not empty."""
         return self.rank_plan.is_empty and self.tokens.numel() == 0
 
     @property

@@ -178,7 +178,6 @@ class FCPDataLoader:
             on_too_long=opts.on_too_long,
             on_error=opts.on_error,
             pad_id=opts.pad_id,
-            idle=opts.idle,
             time_limit=SampleTimeLimit(opts.sample_timeout_s),
             index_skipped=len(self.source_skipped),
         )

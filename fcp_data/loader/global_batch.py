@@ -72,7 +72,6 @@ class BatchBuilder:
     on_too_long: Literal["raise", "drop"] = "raise"
     on_error: Literal["raise", "skip"] = "raise"
     pad_id: int = 0
-    idle: Literal["placeholder", "empty"] = "placeholder"
     time_limit: SampleTimeLimit = field(default_factory=lambda: SampleTimeLimit(0.0))
     index_skipped: int = 0
 
@@ -311,12 +310,13 @@ class BatchBuilder:
         epoch: int,
         batch_index: int,
     ) -> MicroBatch:
-        """The micro-batch of a wave this replica sits out: a placeholder (or empty) one; on the
+        """The micro-batch of a wave this replica sits out: a placeholder, or an empty one under
+        `Cluster(idle="empty")` (the planner prices exactly what is emitted); on the
         vision path it carries an empty pixel payload and M-RoPE ids (its positions on all 3
         axes), so the model's own forward takes it like any text-only micro-batch."""
         common = {"global_num_loss_tokens": global_loss, "wave_groups": wave_groups,
                   "epoch": epoch, "batch_index": batch_index}  # fmt: skip
-        if self.idle == "empty":
+        if self.cluster.idle == "empty":  # the planner priced no placeholder either
             return MicroBatch.empty(rank_plan, **common)
         mb = MicroBatch.placeholder(
             rank_plan, unit=self.cluster.pad_unit, pad_id=self.pad_id, **common

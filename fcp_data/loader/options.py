@@ -19,7 +19,6 @@ from ..errors import ConfigError
 
 __all__ = [
     "DECODE_BACKENDS",
-    "IDLE_MICRO_BATCH",
     "MP_CONTEXTS",
     "ON_ERROR",
     "ON_TOO_LONG",
@@ -31,7 +30,6 @@ __all__ = [
 
 ON_ERROR = ("raise", "skip")
 ON_TOO_LONG = ("raise", "drop")
-IDLE_MICRO_BATCH = ("placeholder", "empty")
 DECODE_BACKENDS = ("pyav", "decord")
 MP_CONTEXTS = (None, "fork", "spawn", "forkserver")
 
@@ -80,12 +78,6 @@ class LoaderOptions:
     num_workers=0); past it the sample is bad (skip or raise). Default 120 s: a long video
     decodes in seconds; a read stuck on a dead mount or a decoder stuck in a loop never returns.
     The stuck call is left behind in a daemon thread (Python cannot kill a thread).
-    idle: what a replica yields for a wave it has no CP group in. "placeholder" (default): the
-    smallest micro-batch that runs (one loss-free sequence of 2 x pad-unit tokens, degree 1),
-    so the replica still issues every collective its framework needs (FSDP all-gathers and
-    reduce-scatters, DDP buckets, pipeline send/recv) and contributes exactly zero to loss and
-    gradients; run the model on it like any other. "empty": a zero-token micro-batch
-    (`is_empty`), only for plain loops with no collective inside the forward or backward.
     metrics_history: how many global batches' BatchMetrics `FCPDataLoader.metrics_history` keeps
     (10,000 ~ a few MB; older ones are only in the log).
     """
@@ -106,7 +98,6 @@ class LoaderOptions:
     pin_memory: bool = False
     multiprocessing_context: str | None = None
     metrics_history: int = 10_000
-    idle: Literal["placeholder", "empty"] = "placeholder"
     planner: Callable[..., Any] | None = None
     encode: Callable[[Mapping[str, Any]], np.ndarray] | None = None
     vision: Any = None
@@ -124,7 +115,6 @@ class LoaderOptions:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         check_choice("on_error", self.on_error, ON_ERROR)
         check_choice("on_too_long", self.on_too_long, ON_TOO_LONG)
-        check_choice("idle", self.idle, IDLE_MICRO_BATCH)
         for name in ("pad_id", "eod_id", "special_token_id", "vision_token_id"):
             check_int(name, getattr(self, name), what=" (a token id)")
         for name in ("text_field", "caption_field"):

@@ -6,7 +6,7 @@ environment, so every replica computes the same plan from the same lengths.
 
 from ..layout import padded_length
 from .api import STRATEGIES, plan_global_batch
-from .cluster import Cluster
+from .cluster import IDLE_POLICIES, Cluster
 from .cost import CostModel
 from .generators import DISTRIBUTIONS, generate_lengths
 from .memory import MemoryBudget, ParallelLayout, derive_tokens_per_replica
@@ -20,6 +20,7 @@ __all__ = [
     "DEVICES",
     "DISTRIBUTIONS",
     "ENCODERS",
+    "IDLE_POLICIES",
     "MODELS",
     "STRATEGIES",
     "CPGroup",

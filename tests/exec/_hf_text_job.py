@@ -53,7 +53,7 @@ def make_text_loader(
         tokenizer=load_tokenizer(tok_path),
         options=LoaderOptions(
             planner=planner or (explicit_planner if replicas > 1 else None)
-        ),  # idle="placeholder" is the default
+        ),  # Cluster(idle="placeholder") is the default
     )
 
 
