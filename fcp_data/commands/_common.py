@@ -24,7 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ..planner import DEVICES, DISTRIBUTIONS, MODELS, Cluster, CostModel, generate_lengths
+from ..planner import (
+    DEVICES,
+    DISTRIBUTIONS,
+    IDLE_POLICIES,
+    MODELS,
+    Cluster,
+    CostModel,
+    generate_lengths,
+)
 from ..planner.memory import (
     DEFAULT_RESERVE,
     RECOMPUTE,
@@ -139,6 +147,19 @@ def add_problem_args(p: argparse.ArgumentParser, *, saved_plan: bool = False) ->
         "--devices-per-node",
         type=int,
         help="devices per node (default: the hardware's); replicas per node = this // (TP x PP)",
+    )
+    lay.add_argument(
+        "--idle",
+        choices=IDLE_POLICIES,
+        default="placeholder",
+        help="a replica without a group in a wave: placeholder (default: runs 2 loss-free "
+        "tokens, priced), empty (skips; plain loops only), fill (placeholder, and the planner "
+        "tries to give idle slots work)",
+    )
+    lay.add_argument(
+        "--sync-waves",
+        action="store_true",
+        help="score every wave as ending with a barrier (FSDP / ZeRO-3: per-layer all-gathers)",
     )
     lay.add_argument(
         "--memory-reserve",
@@ -269,6 +290,8 @@ def cluster_and_budget_from_args(
                 tensor_parallel=layout.tensor_parallel,
                 pipeline_parallel=layout.pipeline_parallel,
                 sequence_parallel=layout.sequence_parallel,
+                idle=args.idle,
+                sync_waves=args.sync_waves,
             ),
             None,
         )
@@ -285,7 +308,10 @@ def cluster_and_budget_from_args(
     budget = derive_tokens_per_replica(
         args.model, layout, dev.memory_bytes, args.replicas, reserve=args.memory_reserve
     )
-    return Cluster.from_budget(budget, replicas_per_node=rpn), budget
+    cluster = Cluster.from_budget(
+        budget, replicas_per_node=rpn, idle=args.idle, sync_waves=args.sync_waves
+    )
+    return cluster, budget
 
 
 def cluster_from_args(args: argparse.Namespace) -> Cluster:

@@ -123,3 +123,18 @@ def test_bad_layouts_are_one_line_errors(capsys, extra, needle):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"fcp {cmd}: error: "), err
         assert needle in err[0], err[0]
+
+
+def test_idle_and_sync_waves_reach_the_cluster_and_the_plan(tmp_path):
+    cl, _ = cluster_and_budget_from_args(parse("--idle", "fill", "--sync-waves", *LLAMA))
+    assert cl.idle == "fill" and cl.sync_waves
+    cl, _ = cluster_and_budget_from_args(parse("--tokens-per-replica", "512", "--idle", "empty"))
+    assert cl.idle == "empty" and not cl.sync_waves
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--distribution", "github", "--replicas", "8", "--tokens-per-replica",
+            "16384", "--batch", "64", "--sync-waves", "-o", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    barriers = [w.get("barrier", False) for w in json.loads(out.read_text())["waves"]]
+    assert barriers and all(barriers)  # every wave ends with a barrier under sync_waves
+    with pytest.raises(SystemExit):
+        parse("--idle", "sometimes")
