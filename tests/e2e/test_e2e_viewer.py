@@ -75,7 +75,7 @@ def test_labels_fit_or_are_left_out() -> None:
 def test_view_from_a_distribution_writes_a_png_and_never_overwrites(tmp_path, capsys) -> None:
     out = tmp_path / "plan.png"
     argv = ["view", "--distribution", "extreme", "--batch", "96", "--replicas", "16",
-            "-o", str(out)]  # fmt: skip
+            "--tokens-per-replica", "16384", "-o", str(out)]  # fmt: skip
     assert fcp_main(argv) == 0
     pixels, colors = image_colors(out)
     assert out.stat().st_size > 30_000 and pixels > 1_000_000 and len(colors) > 50
