@@ -1,8 +1,12 @@
 """Bars on a replica x time chart, under the planner simulator's execution model.
 
 A CP group starts when all its members are free and occupies them for its predicted time; a
-barrier wave synchronises every replica (see fcp_data.planner.simulate). The last bar's end is
-therefore the plan's simulated makespan, which the tests check against `score_plan`.
+replica that sits a wave out spends one placeholder micro-batch there (no bar: it trains
+nothing; none under `Cluster(idle="empty")`); a barrier wave, or every wave under
+`Cluster(sync_waves=True)`, synchronises every replica (see fcp_data.planner.simulate). Bars
+start exactly when the simulator starts their groups, so the last bar's end is the plan's
+simulated makespan (the tests check it against `score_plan`) unless a trailing placeholder,
+about one beta1, ends later.
 """
 
 from __future__ import annotations
@@ -48,10 +52,12 @@ def timeline(
 ) -> tuple[list[Bar], list[float]]:
     """Bars of every CP group and the times of the barriers (one per barrier wave)."""
     speed = cluster.speeds()
+    idle_s = cost.placeholder_seconds(cluster)
     free = np.zeros(cluster.num_replicas)
     bars: list[Bar] = []
     barriers: list[float] = []
     for w, wave in enumerate(plan.waves):
+        idle = np.ones(cluster.num_replicas, dtype=bool)
         for g in wave.groups:
             ids, reps = list(g.sequence_ids), list(g.replicas)
             t = cost.group_time(
@@ -63,6 +69,7 @@ def timeline(
             )
             start = float(free[reps].max())
             free[reps] = start + t
+            idle[reps] = False
             bars.append(
                 Bar(
                     wave=w,
@@ -74,7 +81,8 @@ def timeline(
                     duration=t,
                 )
             )
-        if wave.barrier:
+        free[idle] += idle_s[idle]
+        if wave.barrier or cluster.sync_waves:
             free[:] = free.max()
             barriers.append(float(free.max()))
     return bars, barriers

@@ -138,3 +138,34 @@ def test_the_example_script_runs_over_the_public_api(tmp_path) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"plan picture: {out}" in res.stdout and out.stat().st_size > 20_000
+
+
+def test_timeline_prices_placeholders_and_sync_waves_like_the_simulator() -> None:
+    """A replica that sits a wave out spends a placeholder there, and under sync_waves every
+    wave ends with a barrier: the bars start where `score_plan` starts their groups."""
+    from fcp_data.planner.plan import CPGroup, Plan, Wave
+
+    cost = CostModel.from_model("qwen3-8b", "h200")
+    lens = np.array([4000, 100, 3000])
+    causal = np.ones(3, bool)
+
+    def group(reps: tuple[int, ...], ids: tuple[int, ...]) -> CPGroup:
+        return CPGroup(replicas=reps, degree=len(reps), sequence_ids=ids,
+                       seqlens=tuple(int(lens[i]) for i in ids), causal=(True,) * len(ids),
+                       predicted_time=0.0)  # fmt: skip
+
+    # replica 1 idles in wave 0 then runs a short group; replica 0 idles in wave 1
+    plan = Plan(num_replicas=2, waves=(Wave(groups=(group((0,), (0,)),)),
+                                       Wave(groups=(group((1,), (1,)),)),
+                                       Wave(groups=(group((0, 1), (2,)),))),
+                predicted_time=0.0, lower_bound=0.0, strategy="t", winner="t")  # fmt: skip
+    for idle, sync in (("placeholder", False), ("empty", False), ("placeholder", True)):
+        cluster = Cluster(2, tokens_per_replica=16384, idle=idle, sync_waves=sync)
+        bars, barriers = timeline(plan, lens, cluster, cost, causal)
+        score = score_plan(plan, lens, cluster, cost)
+        p = cost.placeholder_seconds(cluster)[0]
+        assert (p > 0) == (idle == "placeholder")
+        assert len(barriers) == (3 if sync else 0)
+        if not sync:  # replica 1: placeholder, then its group; the ring waits for both
+            assert bars[1].start == pytest.approx(p)
+        assert max(b.end for b in bars) == pytest.approx(score.makespan, rel=1e-12)
