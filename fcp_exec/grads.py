@@ -40,7 +40,7 @@ ReduceOp.SUM); by default it averages over the DP x CP group. Under FSDP2 never 
 
 from __future__ import annotations
 
-import importlib
+import sys
 from collections.abc import Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -87,12 +87,10 @@ def _buckets(params: list[torch.nn.Parameter], bucket_bytes: int) -> list[list[t
 
 
 def _megatron_state() -> ModuleType | None:
-    """megatron-core's parallel_state when it is installed and initialised, else None."""
-    try:
-        ps = importlib.import_module("megatron.core.parallel_state")
-    except ImportError:
-        return None
-    return ps if ps.model_parallel_is_initialized() else None
+    """megatron-core's parallel_state when the program imported and initialised it, else None
+    (never imported here: a plain PyTorch job would pay seconds for nothing)."""
+    ps = sys.modules.get("megatron.core.parallel_state")
+    return ps if ps is not None and ps.model_parallel_is_initialized() else None
 
 
 def _layout_sizes(ps: ModuleType | None, groups: CPGroupCache | None) -> tuple[int, int]:
