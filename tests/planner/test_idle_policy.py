@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from planner_problems import problems as shared_problems
 
 from fcp_data.errors import ConfigError
 from fcp_data.planner import (
     IDLE_POLICIES,
     Cluster,
-    CostModel,
     generate_lengths,
     plan_global_batch,
     score_plan,
@@ -31,19 +31,8 @@ def _cluster(n: int, rpn: int, cap: int, speed=None, **kw) -> Cluster:
     return Cluster(n, replicas_per_node=rpn, tokens_per_replica=cap, speed=speed, **kw)
 
 
-@st.composite
-def problems(draw):
-    n = draw(st.integers(1, 12))
-    rpn = draw(st.integers(1, max(1, n)))
-    cap = draw(st.sampled_from([512, 2048, 8192]))
-    k = draw(st.integers(1, 40))
-    lens = draw(st.lists(st.integers(1, cap * n // 2), min_size=k, max_size=k))
-    causal = draw(st.one_of(st.booleans(), st.lists(st.booleans(), min_size=k, max_size=k)))
-    speed = None
-    if draw(st.booleans()):
-        speed = draw(st.lists(st.sampled_from([0.5, 0.8, 1.0, 1.3]), min_size=n, max_size=n))
-    model = draw(st.sampled_from(["qwen3-8b", "llama3.2-1b"]))
-    return np.array(lens), causal, (n, rpn, cap, speed), CostModel.from_model(model, "h200")
+def problems():
+    return shared_problems(devices=("h200",))
 
 
 def _plan(lens, causal, shape, cost, strategy, **kw):

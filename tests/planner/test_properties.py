@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from planner_problems import problems as shared_problems
 
-from fcp_data.planner import Cluster, CostModel, plan_global_batch, score_plan
+from fcp_data.planner import Cluster, plan_global_batch, score_plan
 from fcp_data.planner.simulate import check_plan
 
 STRATS = ["fcp", "paper", "lanes", "moldable", "static-balanced", "pow2", "static"]
@@ -13,19 +14,9 @@ STRATS = ["fcp", "paper", "lanes", "moldable", "static-balanced", "pow2", "stati
 
 @st.composite
 def problems(draw):
-    n = draw(st.integers(1, 12))
-    rpn = draw(st.integers(1, max(1, n)))
-    cap = draw(st.sampled_from([512, 2048, 8192]))
-    k = draw(st.integers(1, 40))
-    lens = draw(st.lists(st.integers(1, cap * n // 2), min_size=k, max_size=k))
-    causal = draw(st.one_of(st.booleans(), st.lists(st.booleans(), min_size=k, max_size=k)))
-    speed = None
-    if draw(st.booleans()):
-        speed = draw(st.lists(st.sampled_from([0.5, 0.8, 1.0, 1.3]), min_size=n, max_size=n))
-    model = draw(st.sampled_from(["qwen3-8b", "llama3.2-1b"]))
-    device = draw(st.sampled_from(["h200", "ascend-910c"]))
+    lens, causal, (n, rpn, cap, speed), cost = draw(shared_problems())
     cluster = Cluster(n, replicas_per_node=rpn, tokens_per_replica=cap, speed=speed)
-    return np.array(lens), causal, cluster, CostModel.from_model(model, device)
+    return lens, causal, cluster, cost
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
