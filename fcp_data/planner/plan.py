@@ -17,7 +17,14 @@ __all__ = ["CPGroup", "Plan", "RankPlan", "Wave", "structure_digest"]
 
 
 class CPGroup(msgspec.Struct, frozen=True, kw_only=True):
-    """One CP group of one wave: `degree` replicas running `sequence_ids` as one packed ring."""
+    """One CP group of one wave: `degree` replicas running `sequence_ids` as one packed group.
+
+    `ulysses` is the group's transport: u = 1 is the point-to-point ring over all `degree`
+    members; u > 1 (a divisor of `degree`) is the head-parallel hybrid u x r: members at ring
+    positions [j*u, (j+1)*u) exchange heads by all-to-all and the r = degree / u such blocks
+    run a ring among the members with the same position in their block. The zigzag shard a
+    member holds is the same for every u (position i holds chunks i and 2d-1-i).
+    """
 
     replicas: tuple[int, ...]
     degree: int
@@ -26,6 +33,12 @@ class CPGroup(msgspec.Struct, frozen=True, kw_only=True):
     causal: tuple[bool, ...]
     predicted_time: float
     inter_node: bool = False
+    ulysses: int = 1
+
+    @property
+    def ring_degree(self) -> int:
+        """r = degree / ulysses: the members of the ring part of the transport."""
+        return self.degree // self.ulysses
 
     @property
     def num_tokens(self) -> int:
@@ -66,6 +79,12 @@ class RankPlan(msgspec.Struct, frozen=True, kw_only=True):
     causal: tuple[bool, ...]
     predicted_time: float
     digest: str
+    ulysses: int = 1
+
+    @property
+    def ring_degree(self) -> int:
+        """r = degree / ulysses (0 for an empty RankPlan)."""
+        return self.degree // self.ulysses if self.degree else 0
 
     @property
     def is_empty(self) -> bool:
@@ -139,6 +158,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
                     causal=g.causal,
                     predicted_time=g.predicted_time,
                     digest=self.digest,
+                    ulysses=g.ulysses,
                 )
         return RankPlan(
             replica=replica,
@@ -180,15 +200,24 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
 def structure_digest(plan: Plan) -> str:
     """A stable hex digest of what the replicas must agree on.
 
-    It covers the replica count and, per wave, each group's replicas, sequence ids, lengths and
-    barrier flag: the structure that decides who talks to whom and who loads what. Predicted
+    It covers the replica count and, per wave, each group's replicas, sequence ids, lengths,
+    causal flags and barrier flag: the structure that decides who talks to whom and who loads
+    what. A group's transport (`ulysses` > 1) is appended to its entry only when it is not the
+    ring, so a ring-only plan keeps the digest it had before transports existed. Predicted
     times are floats that may differ in the last bit between machines (FMA, numba versions), so
     they are left out: two replicas with the same structure run the same collectives.
     """
     payload = [
         plan.num_replicas,
         [
-            [w.barrier, [[g.replicas, g.sequence_ids, g.seqlens, g.causal] for g in w.groups]]
+            [
+                w.barrier,
+                [
+                    [g.replicas, g.sequence_ids, g.seqlens, g.causal]
+                    + ([g.ulysses] if g.ulysses != 1 else [])
+                    for g in w.groups
+                ],
+            ]
             for w in plan.waves
         ],
         plan.dropped,
