@@ -7,7 +7,17 @@ For an atomic group G of sequences s_k run by a CP group of degree d, one member
     comm       C(G, d) = [d > 1] · ((d − 1)/d · Σ_k α3 |s_k| / v + β2 (d − 1))
     time       T(G, d) = A + L + C − min(A, C) + β1 = L + max(A, C) + β1
 
-since ring P2P overlaps attention. v is the ring's slowest link (intra- or inter-node). A CP
+since ring P2P overlaps attention. v is the ring's slowest link (intra- or inter-node).
+A cost model with head-parallel degrees (`head_parallel`, `transports.py`) also prices the
+hybrid u x r (d = u r) of each allowed u dividing d,
+
+    T_u(G, d) = L + max(A, C_ring_u) + C_a2a_u + β1,
+    C_ring_u = [r > 1] ((r − 1)/r · share_u · Σ_k α3 |s_k| / v + β2 (r − 1)),
+    C_a2a_u  = (u − 1)/u · bytes_u · Σ_k |s_k| / d / v_a2a + β3,
+
+(the all-to-all does not hide behind attention) and a group runs the fastest transport: the
+time of a group is min(T, min_u T_u), and the planner records the u it chose in the plan.
+Without head-parallel degrees (the default) every time is the ring's, bit for bit. A CP
 group runs at the pace of its slowest member: compute terms are divided by the smallest speed
 factor of the group; communication is not.
 
@@ -22,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +49,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CostModel", "ring_bytes_per_token"]
 
+# the head-parallel transport's fields (tuples, one entry per u, and its latency); see
+# transports.py
+TRANSPORT_FIELDS = ("head_parallel", "a2a_bytes", "ring_shares")
 DKV_BYTES = 4  # dK/dV accumulators travel in fp32 so that the d block terms sum exactly
 
 
@@ -75,6 +88,12 @@ class CostModel:
     name: where the coefficients came from (preset, profile file), for reports.
     vision: the vision encoder's and decoder's terms per unit a replica holds (`vision_cost`;
     None for text-only models); used when a batch's vision work is given to the planner.
+    head_parallel: the u >= 2 of the head-parallel hybrid the model's heads allow
+        (`transports.head_parallel_degrees`); empty (the default) prices the ring alone.
+    a2a_bytes: per u, bytes a member's all-to-alls move per local token, fwd + bwd, without
+        the (u - 1)/u factor (`transports.a2a_bytes_per_token`).
+    ring_shares: per u, the share of alpha3 the hybrid's ring moves (`transports.ring_share`).
+    beta3: seconds of latency of a micro-batch's all-to-alls (4 per layer).
     """
 
     alpha1: float
@@ -90,10 +109,15 @@ class CostModel:
     alpha_vision: float = 0.0
     name: str = "custom"
     vision: VisionCost | None = None
+    head_parallel: tuple[int, ...] = ()
+    a2a_bytes: tuple[float, ...] = ()
+    ring_shares: tuple[float, ...] = ()
+    beta3: float = 0.0
 
     def __post_init__(self) -> None:
+        self._check_transports()
         for f in fields(self):
-            if f.name in ("name", "vision"):
+            if f.name in ("name", "vision") or f.name in TRANSPORT_FIELDS:
                 continue
             v = getattr(self, f.name)
             ok = isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -110,7 +134,53 @@ class CostModel:
         if self.alpha1 == 0 and self.alpha2 == 0:
             raise ConfigError("CostModel needs alpha1 > 0 or alpha2 > 0: every plan would cost 0")
 
+    def _check_transports(self) -> None:
+        """Tuples (a JSON file gives lists), one entry per u, u >= 2 distinct, finite >= 0."""
+        for name in TRANSPORT_FIELDS:
+            raw = getattr(self, name)
+            if not isinstance(raw, (tuple, list)):
+                raise ConfigError(f"CostModel.{name}={raw!r} must be a tuple (one entry per u)")
+            object.__setattr__(self, name, tuple(raw))
+        us, sizes, shares = self.head_parallel, self.a2a_bytes, self.ring_shares
+        if not len(us) == len(sizes) == len(shares):
+            raise ConfigError(
+                f"CostModel.head_parallel={us}, a2a_bytes={sizes} and ring_shares={shares} need "
+                "one entry per head-parallel degree u"
+            )
+        if any(isinstance(u, bool) or not isinstance(u, int) or u < 2 for u in us) or len(
+            set(us)
+        ) != len(us):
+            raise ConfigError(
+                f"CostModel.head_parallel={us} must hold distinct integers u >= 2 (the ring, u = "
+                "1, is always allowed)"
+            )
+        for name, vals in (("a2a_bytes", sizes), ("ring_shares", shares)):
+            for v in vals:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ConfigError(f"CostModel.{name}={vals} must hold finite numbers >= 0")
+                if v < 0:
+                    raise ConfigError(f"CostModel.{name}={vals} must hold finite numbers >= 0")
+        if us and self.alpha3 <= 0:
+            raise ConfigError(
+                f"CostModel.head_parallel={us} needs alpha3 > 0 (the ring's bytes per token): "
+                "without ring traffic there is nothing for a head-parallel transport to save"
+            )
+
     # ---- the model ---------------------------------------------------------------------
+    @property
+    def has_transports(self) -> bool:
+        """Whether a head-parallel hybrid is priced beside the ring."""
+        return bool(self.head_parallel)
+
+    def transport_params(self) -> np.ndarray:
+        """The transports as the kernels read them: (u, a2a_bytes / alpha3, ring share) per u,
+        flattened (an empty array without transports)."""
+        rows = [
+            (float(u), a / self.alpha3, sh)
+            for u, a, sh in zip(self.head_parallel, self.a2a_bytes, self.ring_shares)
+        ]
+        return np.array(rows, dtype=np.float64).reshape(-1)
+
     def bandwidth(self, inter_node: bool) -> float:
         return self.inter_node_bandwidth if inter_node else self.intra_node_bandwidth
 
@@ -138,15 +208,68 @@ class CostModel:
         *,
         inter_node: bool = False,
         speed: float = 1.0,
+        blocks_inter_node: Callable[[int], bool] | None = None,
     ) -> float:
-        """T(G, d) from a group's d = 1 aggregates (see module docstring)."""
+        """T(G, d) from a group's d = 1 aggregates (see module docstring): the fastest
+        transport's time. `blocks_inter_node(u)` says whether an all-to-all block of u members
+        spans nodes (default: when the group does)."""
+        return self.transport_from_aggregates(
+            att,
+            lin,
+            comm,
+            degree,
+            inter_node=inter_node,
+            speed=speed,
+            blocks_inter_node=blocks_inter_node,
+        )[0]
+
+    def transport_from_aggregates(
+        self,
+        att: float,
+        lin: float,
+        comm: float,
+        degree: int,
+        *,
+        inter_node: bool = False,
+        speed: float = 1.0,
+        blocks_inter_node: Callable[[int], bool] | None = None,
+        ulysses: int | None = None,
+    ) -> tuple[float, int]:
+        """(T(G, d), u) of the fastest transport; u = 1 is the ring, which wins ties.
+
+        `ulysses` prices that one transport instead (a saved plan's choice, `score_plan`);
+        ValueError when it does not divide the degree or the model does not allow it."""
         d = int(degree)
+        if ulysses not in (None, 1) and (d % ulysses or ulysses not in self.head_parallel):
+            raise ValueError(
+                f"ulysses={ulysses} at degree {d}: u must divide the degree and be one of "
+                f"the cost model's head-parallel degrees {self.head_parallel} (1: the ring)"
+            )
         a = att / d / speed
         lin_t = lin / d / speed
         c = 0.0
         if d > 1:
             c = (d - 1) / d * comm / self.bandwidth(inter_node) + self.beta2 * (d - 1)
-        return lin_t + max(a, c) + self.beta1 / speed
+        best, best_u = lin_t + max(a, c) + self.beta1 / speed, 1
+        if d == 1 or not self.head_parallel or ulysses == 1:
+            return best, best_u
+        if ulysses is not None:
+            best = math.inf
+        for u, nbytes, share in zip(self.head_parallel, self.a2a_bytes, self.ring_shares):
+            if d % u or (ulysses is not None and u != ulysses):
+                continue
+            r = d // u
+            ring = 0.0
+            if r > 1:
+                ring = (r - 1) / r * share * comm / self.bandwidth(inter_node)
+                ring += self.beta2 * (r - 1)
+            block_inter = inter_node if blocks_inter_node is None else blocks_inter_node(u)
+            ratio = nbytes / self.alpha3  # comm = α3 Σ|s_k|: the kernels' form, same rounding
+            a2a = (u - 1) / u * ratio * comm / d / self.bandwidth(block_inter) + self.beta3
+            t = lin_t + max(a, ring) + a2a + self.beta1 / speed
+            if t < best:
+                best, best_u = t, u
+        return best, best_u
 
     def group_time(
         self,
@@ -157,12 +280,25 @@ class CostModel:
         inter_node: bool = False,
         vision_tokens: Sequence[int] | np.ndarray | None = None,
         speed: float = 1.0,
+        blocks_inter_node: Callable[[int], bool] | None = None,
+        ulysses: int | None = None,
     ) -> float:
-        """Predicted seconds for one replica of a degree-`degree` CP group running `seqlens`."""
+        """Predicted seconds for one replica of a degree-`degree` CP group running `seqlens`
+        (the fastest transport, or the one `ulysses` names; `transport_from_aggregates` also
+        says which)."""
         if int(degree) < 1:
             raise ValueError(f"degree={degree} must be >= 1")
         att, lin, comm = self.aggregates(seqlens, causal, vision_tokens)
-        return self.time_from_aggregates(att, lin, comm, degree, inter_node=inter_node, speed=speed)
+        return self.transport_from_aggregates(
+            att,
+            lin,
+            comm,
+            degree,
+            inter_node=inter_node,
+            speed=speed,
+            blocks_inter_node=blocks_inter_node,
+            ulysses=ulysses,
+        )[0]
 
     def placeholder_seconds(self, cluster: Cluster) -> np.ndarray:
         """Seconds each replica spends on one placeholder micro-batch, zeros when it runs none.
@@ -256,6 +392,7 @@ class CostModel:
         tensor_parallel: int = 1,
         pipeline_parallel: int = 1,
         pipeline_micro_batches: int = 8,
+        head_parallel: bool = False,
         **overrides: Any,
     ) -> CostModel:
         """Estimate coefficients from a model config and a device (no profile needed).
@@ -265,8 +402,10 @@ class CostModel:
         `pipeline_parallel` devices: TP = 8 gives it 8x the compute of one device and 8 rings
         in parallel, each carrying 1/8 of the K/V bytes; PP stages pipeline with the 1F1B
         bubble of `pipeline_micro_batches` micro-batches (`presets.estimate_cost_model`).
-        Keyword overrides replace single coefficients. A TP that does not divide the heads or
-        KV heads raises ConfigError.
+        `head_parallel=True` also prices the head-parallel hybrid u x r for every u the heads
+        of one TP rank allow (`transports.py`); the training side must then attend with
+        `fcp_exec.cp_attention`, which runs each group's transport. Keyword overrides replace
+        single coefficients. A TP that does not divide the heads or KV heads raises ConfigError.
         """
         from .presets import estimate_cost_model
 
@@ -276,6 +415,7 @@ class CostModel:
             tensor_parallel=tensor_parallel,
             pipeline_parallel=pipeline_parallel,
             pipeline_micro_batches=pipeline_micro_batches,
+            head_parallel=head_parallel,
         )
         return replace(est, **overrides)
 

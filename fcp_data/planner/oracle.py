@@ -18,6 +18,7 @@ import numpy as np
 from ..layout import shard_tokens
 from .cluster import Cluster
 from .cost import CostModel
+from .transports import blocks_span_nodes
 
 __all__ = ["exhaustive_optimum"]
 
@@ -61,6 +62,9 @@ def exhaustive_optimum(
                         d,
                         inter_node=s0 // rpn != (s0 + d - 1) // rpn,
                         speed=float(speed[s0 : s0 + d].min()),
+                        blocks_inter_node=lambda u, a=s0, k=d: blocks_span_nodes(
+                            range(a, a + k), u, rpn
+                        ),
                     )
                     opts.append((s0, d, t))
             if not opts:

@@ -25,6 +25,12 @@ from typing import Any
 
 from ..errors import ConfigError
 from .cost import CostModel, ring_bytes_per_token
+from .transports import (
+    A2A_EXCHANGES_PER_LAYER,
+    a2a_bytes_per_token,
+    head_parallel_degrees,
+    ring_share,
+)
 from .vision_presets import estimate_vision_cost
 
 __all__ = [
@@ -45,6 +51,9 @@ ACT_BYTES_PER_TOKEN_PER_HIDDEN_PER_LAYER = 34.0
 ACTIVATION_BYTES = 2  # bf16 K/V on the ring
 LAUNCH_SECONDS_PER_LAYER = 3 * 15e-6  # fwd + bwd kernel launches and syncs, per layer
 RING_STEP_LATENCY_PER_LAYER = 3 * 8e-6  # one P2P handshake per layer per pass
+# one NCCL/HCCL all-to-all of a few MB inside a node: ~20 us of latency (launch, handshake);
+# a head-parallel transport runs A2A_EXCHANGES_PER_LAYER of them per layer and micro-batch
+A2A_LATENCY_PER_EXCHANGE = 20e-6
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -343,6 +352,7 @@ def estimate_cost_model(
     tensor_parallel: int = 1,
     pipeline_parallel: int = 1,
     pipeline_micro_batches: int = 8,
+    head_parallel: bool = False,
 ) -> CostModel:
     """Analytic coefficients for `model` on `device` (see the module docstring for assumptions).
 
@@ -359,7 +369,10 @@ def estimate_cost_model(
     on one device; alpha3 = 163,840 B per token per link instead of 1,310,720 B.
     `bytes_per_token` and `static_bytes` (the coarse `memory_bytes` path) become per device:
     activations / TP, model states / (TP × PP); `fcp_data.planner.memory` derives the exact
-    budget of a layout.
+    budget of a layout. `head_parallel=True` adds the hybrid transports the heads of one TP
+    rank allow (H / TP query and H_kv / TP K/V heads), with all-to-all bytes per link divided
+    by PP like alpha3 and a latency of `A2A_LATENCY_PER_EXCHANGE` per exchange
+    (`head_parallel_terms`).
     """
     m = _lookup(MODELS, model, "model") if isinstance(model, str) else model
     dev = _lookup(DEVICES, device, "device") if isinstance(device, str) else device
@@ -374,6 +387,8 @@ def estimate_cost_model(
             f"{m.layers}"
         )
     cost = _estimate_one_device(m, dev)
+    if head_parallel:
+        cost = replace(cost, **head_parallel_terms(m, tensor_parallel=tp, pipeline_parallel=pp))
     if tp == 1 and pp == 1:
         return cost
     compute = tp * pipeline_speedup(pp, mb)
@@ -398,6 +413,33 @@ def estimate_cost_model(
             seconds_per_full_pair=cost.vision.seconds_per_full_pair / compute,
         ),
     )
+
+
+def head_parallel_terms(
+    m: ModelSpec, *, tensor_parallel: int = 1, pipeline_parallel: int = 1
+) -> dict[str, Any]:
+    """CostModel fields of the head-parallel hybrid for one TP rank of `m` on a PP stage:
+    the allowed u, all-to-all bytes per local token and link, ring shares and beta3.
+    Qwen3-8B at TP = 1: u in (2, 4, 8, 16, 32), 2.36 MB per local token at u = 2 (36 layers)."""
+    heads, kv = m.heads // tensor_parallel, m.kv_heads // tensor_parallel
+    layers = m.layers // pipeline_parallel
+    us = head_parallel_degrees(heads, kv)
+    return {
+        "head_parallel": us,
+        "a2a_bytes": tuple(
+            a2a_bytes_per_token(
+                heads=heads,
+                kv_heads=kv,
+                head_dim=m.dim_head,
+                ulysses=u,
+                activation_bytes=ACTIVATION_BYTES,
+                layers=layers,
+            )
+            for u in us
+        ),
+        "ring_shares": tuple(ring_share(kv, u) for u in us),
+        "beta3": A2A_LATENCY_PER_EXCHANGE * A2A_EXCHANGES_PER_LAYER * layers,
+    }
 
 
 def _estimate_one_device(m: ModelSpec, dev: DeviceSpec) -> CostModel:

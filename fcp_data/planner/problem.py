@@ -16,7 +16,17 @@ import numpy as np
 from ..layout import min_degree
 from .cluster import Cluster
 from .cost import CostModel
-from .kernels import BETA1, BETA2, INTER_NODE_BANDWIDTH, INTRA_NODE_BANDWIDTH
+from .kernels import (
+    BETA1,
+    BETA2,
+    BETA3,
+    INTER_NODE_BANDWIDTH,
+    INTRA_NODE_BANDWIDTH,
+    REPLICAS_PER_NODE,
+    TRANSPORTS,
+    window_transports,
+)
+from .transports import blocks_span_nodes
 
 if TYPE_CHECKING:
     from .vision_cost import VisionLoad
@@ -125,11 +135,14 @@ class Problem:
                 d *= 2
         else:
             allowed[1:] = True
-        cost_params = np.zeros(4)
+        cost_params = np.zeros(TRANSPORTS)
         cost_params[BETA1] = cost.beta1
         cost_params[BETA2] = cost.beta2
         cost_params[INTRA_NODE_BANDWIDTH] = cost.intra_node_bandwidth
         cost_params[INTER_NODE_BANDWIDTH] = cost.inter_node_bandwidth
+        cost_params[REPLICAS_PER_NODE] = cluster.replicas_per_node
+        cost_params[BETA3] = cost.beta3
+        cost_params = np.concatenate([cost_params, cost.transport_params()])
         prob = cls(
             cost=cost,
             cluster=cluster,
@@ -198,18 +211,25 @@ class Problem:
 
     def set_time(self, members: np.ndarray, replicas: np.ndarray) -> float:
         """Time of one group on an arbitrary replica set (slow path, baselines only)."""
+        return self.set_transport(members, replicas)[0]
+
+    def set_transport(self, members: np.ndarray, replicas: np.ndarray) -> tuple[float, int]:
+        """(time, u) of one group on an arbitrary replica set, its blocks in the given order."""
         nodes = {int(r) // self.replicas_per_node for r in replicas}
         vision = 0.0
         if self.vision is not None:
             vision = self.vision.set_seconds(self, members, replicas)
-        return vision + self.cost.time_from_aggregates(
+        reps = [int(r) for r in replicas]
+        t, u = self.cost.transport_from_aggregates(
             float(self.att[members].sum()),
             float(self.lin_llm[members].sum()),
             float(self.comm[members].sum()),
             len(replicas),
             inter_node=len(nodes) > 1,
             speed=float(self.speed[replicas].min()),
+            blocks_inter_node=lambda k: blocks_span_nodes(reps, k, self.replicas_per_node),
         )
+        return vision + t, u
 
     def window_times(
         self,
@@ -219,16 +239,46 @@ class Problem:
         starts: np.ndarray,
         degs: np.ndarray,
     ) -> np.ndarray:
+        return self.window_transports(att, lin, comm, starts, degs)[0]
+
+    def window_transports(
+        self,
+        att: np.ndarray,
+        lin: np.ndarray,
+        comm: np.ndarray,
+        starts: np.ndarray,
+        degs: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(time, u) of each window's fastest transport, vectorised over windows; u = 1 (the
+        ring) wins ties. All-to-all blocks are exact here: a block spans nodes when its own
+        replicas do."""
         d = degs.astype(np.float64)
-        inter = (starts // self.replicas_per_node) != (
-            (starts + degs - 1) // self.replicas_per_node
-        )
+        per_node = self.replicas_per_node
+        inter = (starts // per_node) != ((starts + degs - 1) // per_node)
         if self.cluster.heterogeneous:
             sp = np.array([self.speed[s : s + k].min() for s, k in zip(starts, degs)])
         else:
             sp = np.ones(len(starts))
-        bw = np.where(
-            inter, self.cost_params[INTER_NODE_BANDWIDTH], self.cost_params[INTRA_NODE_BANDWIDTH]
+        p = self.cost_params
+        bw = np.where(inter, p[INTER_NODE_BANDWIDTH], p[INTRA_NODE_BANDWIDTH])
+        c = np.where(degs > 1, (d - 1) / d * comm / bw + p[BETA2] * (d - 1), 0.0)
+        times = lin / d / sp + np.maximum(att / d / sp, c) + p[BETA1] / sp
+        if p.size <= TRANSPORTS:
+            return times, np.ones(len(starts), np.int64)
+        ulysses = window_transports(
+            att, lin, comm, starts.astype(np.int64), degs.astype(np.int64), sp, times, p
         )
-        c = np.where(degs > 1, (d - 1) / d * comm / bw + self.cost_params[BETA2] * (d - 1), 0.0)
-        return lin / d / sp + np.maximum(att / d / sp, c) + self.cost_params[BETA1] / sp
+        return times, ulysses
+
+    def group_transports(
+        self, starts: np.ndarray, degs: np.ndarray, units: np.ndarray, unit_group: np.ndarray
+    ) -> np.ndarray:
+        """The u each window's fastest transport uses (1: the ring), as `group_times` priced
+        it (vision work does not depend on the transport: a member holds the same tokens)."""
+        g = starts.size
+        if not self.cost.has_transports:
+            return np.ones(g, np.int64)
+        att = np.bincount(unit_group, weights=self.att[units], minlength=g)
+        lin = np.bincount(unit_group, weights=self.lin_llm[units], minlength=g)
+        comm = np.bincount(unit_group, weights=self.comm[units], minlength=g)
+        return self.window_transports(att, lin, comm, starts, degs)[1]

@@ -158,6 +158,16 @@ class Schedule:
             prob.causal[flat].tolist(),
         )
         times_l = self.times.tolist()
+        if self.replica_sets is None:
+            transports = prob.group_transports(
+                self.starts, self.degs, self.units, self.unit_group
+            ).tolist()
+        elif prob.cost.has_transports:
+            transports = [
+                prob.set_transport(m, r)[1] for m, r in zip(self.members(), self.replica_sets)
+            ]
+        else:
+            transports = [1] * self.starts.size
         for g, w in enumerate(wave_of.tolist()):
             reps = self.replicas(g)
             a, b = bounds[g], bounds[g + 1]
@@ -173,6 +183,7 @@ class Schedule:
                     inter_node=rl[0] // prob.replicas_per_node != rl[-1] // prob.replicas_per_node
                     if self.replica_sets is None
                     else prob.cluster.spans_nodes(rl),
+                    ulysses=int(transports[g]),
                 )
             )
         plan = Plan(

@@ -25,6 +25,7 @@ from .cluster import Cluster
 from .cost import CostModel
 from .plan import Plan
 from .problem import Problem
+from .transports import blocks_span_nodes
 from .vision_cost import VisionLoad, VisionWork, member_units
 
 __all__ = ["Score", "check_plan", "lower_bound_of", "score_plan"]
@@ -123,6 +124,10 @@ def score_plan(
                 causal=caus[ids],
                 inter_node=cluster.spans_nodes(reps),
                 speed=float(speed[reps].min()),
+                blocks_inter_node=lambda u, r=reps: blocks_span_nodes(
+                    r, u, cluster.replicas_per_node
+                ),
+                ulysses=g.ulysses,
             )
             if load is not None:
                 t += _vision_seconds(load, lens, ids, g.degree) / float(speed[reps].min())

@@ -10,7 +10,8 @@
 
 Every kernel works on plain arrays: per-unit aggregates `att` (Σα1(1+η)s²), `lin` (Σα2 s +
 vision), `comm` (Σα3 s), a per-unit minimum degree `dmin`, and `cost_params`, the cost model's
-constants packed as [β1, β2, intra-node bandwidth, inter-node bandwidth] (indices `BETA1`,
+constants packed as [β1, β2, intra-node bandwidth, inter-node bandwidth, replicas per node,
+β3, then (u, a2a bytes ratio, ring share) per head-parallel degree] (indices `BETA1`,
 `BETA2`, `INTRA_NODE_BANDWIDTH`, `INTER_NODE_BANDWIDTH`). `allowed[d]` says whether degree d may
 be used (all True for fcp, powers of two for the pow2 baseline). Memory is counted as the
 layout contract's padded shard, `shard_tokens(s, d, unit)` with the cluster's pad unit (TP under
@@ -21,14 +22,18 @@ sequence parallel, else 1), against `cap` tokens. Windows of replicas are contig
 from .core import (
     BETA1,
     BETA2,
+    BETA3,
     INF,
     INTER_NODE_BANDWIDTH,
     INTRA_NODE_BANDWIDTH,
+    REPLICAS_PER_NODE,
+    TRANSPORTS,
     bfd_pack,
     critical_path,
     dp_degrees,
     group_time,
     shard_tokens,
+    window_transports,
 )
 from .lane_targets import lanes_for_target, smallest_lane_target
 from .lanes import deal_lpt, pack_lanes, refine_moves, unit_lane_time
@@ -38,9 +43,12 @@ from .waves import group_waves, priced_critical_path
 __all__ = [
     "BETA1",
     "BETA2",
+    "BETA3",
     "INF",
     "INTER_NODE_BANDWIDTH",
     "INTRA_NODE_BANDWIDTH",
+    "REPLICAS_PER_NODE",
+    "TRANSPORTS",
     "bfd_pack",
     "compact_windows",
     "critical_path",
@@ -56,4 +64,5 @@ __all__ = [
     "shard_tokens",
     "smallest_lane_target",
     "unit_lane_time",
+    "window_transports",
 ]

@@ -11,24 +11,33 @@ from ... import layout
 __all__ = [
     "BETA1",
     "BETA2",
+    "BETA3",
     "INF",
     "INTER_NODE_BANDWIDTH",
     "INTRA_NODE_BANDWIDTH",
+    "REPLICAS_PER_NODE",
+    "TRANSPORTS",
     "bfd_pack",
     "critical_path",
     "dp_degrees",
     "group_time",
     "shard_tokens",
+    "window_transports",
 ]
 
 INF = 1e300
 # Positions in `cost_params`, the cost model's constants packed into one float array (numba
 # kernels take arrays, not dataclasses): seconds per micro-batch, seconds per ring step, and
-# the bytes/s of an intra-node and an inter-node link.
+# the bytes/s of an intra-node and an inter-node link; the replicas of a node and the
+# all-to-all latency of a micro-batch; then, from TRANSPORTS on, one triple per head-parallel
+# degree u: (u, all-to-all bytes per local token / alpha3, share of the ring's bytes).
 BETA1 = 0
 BETA2 = 1
 INTRA_NODE_BANDWIDTH = 2
 INTER_NODE_BANDWIDTH = 3
+REPLICAS_PER_NODE = 4
+BETA3 = 5
+TRANSPORTS = 6
 
 
 @nb.njit(cache=True)
@@ -41,15 +50,101 @@ def group_time(
     speed: float,
     cost_params: np.ndarray,
 ) -> float:
-    """T(G, d) of cost.py: L + max(A, C) + β1, compute scaled by the slowest member's speed."""
+    """T(G, d) of cost.py: L + max(A, C) + β1, compute scaled by the slowest member's speed;
+    with head-parallel transports, the fastest of the ring and each hybrid u x r.
+
+    The kernels see a window's node span (`inter`), not where it starts: an all-to-all block
+    is taken to span nodes when the window does and u does not divide the node (blocks
+    aligned to nodes). The scorer (`Problem.window_times`) uses the exact blocks.
+    """
     attention = att / d / speed
     ring = 0.0
+    bandwidth = cost_params[INTER_NODE_BANDWIDTH] if inter else cost_params[INTRA_NODE_BANDWIDTH]
     if d > 1:
+        ring = (d - 1) / d * comm / bandwidth + cost_params[BETA2] * (d - 1)
+    best = lin / d / speed + max(attention, ring) + cost_params[BETA1] / speed
+    # a hybrid's all-to-all hides behind nothing: it can only win where the ring is exposed
+    if d == 1 or cost_params.size <= TRANSPORTS or ring <= attention:
+        return best
+    per_node = cost_params[REPLICAS_PER_NODE]
+    for k in range(TRANSPORTS, cost_params.size, 3):
+        u = int(cost_params[k])
+        if d % u:
+            continue
+        r = d // u
+        ring_u = 0.0
+        if r > 1:
+            ring_u = (r - 1) / r * cost_params[k + 2] * comm / bandwidth + cost_params[BETA2] * (
+                r - 1
+            )
+        block_bw = cost_params[INTRA_NODE_BANDWIDTH]
+        if inter and (u > per_node or int(per_node) % u):
+            block_bw = cost_params[INTER_NODE_BANDWIDTH]
+        a2a = (u - 1) / u * cost_params[k + 1] * comm / d / block_bw + cost_params[BETA3]
+        t = lin / d / speed + max(attention, ring_u) + a2a + cost_params[BETA1] / speed
+        if t < best:
+            best = t
+    return best
+
+
+@nb.njit(cache=True)
+def window_transports(
+    att: np.ndarray,
+    lin: np.ndarray,
+    comm: np.ndarray,
+    starts: np.ndarray,
+    degs: np.ndarray,
+    speed: np.ndarray,
+    times: np.ndarray,
+    cost_params: np.ndarray,
+) -> np.ndarray:
+    """In place: each window's time lowered to its fastest hybrid u x r where one beats the
+    ring's `times`; returns the u of each (1: the ring). Exact all-to-all blocks: a block
+    spans nodes when its own replicas [start + j u, start + (j + 1) u) do."""
+    n = starts.shape[0]
+    ulysses = np.ones(n, np.int64)
+    per_node = int(cost_params[REPLICAS_PER_NODE])
+    for g in range(n):
+        d = degs[g]
+        if d == 1:
+            continue
+        s0 = starts[g]
+        sp = speed[g]
+        inter = s0 // per_node != (s0 + d - 1) // per_node
         bandwidth = (
             cost_params[INTER_NODE_BANDWIDTH] if inter else cost_params[INTRA_NODE_BANDWIDTH]
         )
-        ring = (d - 1) / d * comm / bandwidth + cost_params[BETA2] * (d - 1)
-    return lin / d / speed + max(attention, ring) + cost_params[BETA1] / speed
+        attention = att[g] / d / sp
+        ring = (d - 1) / d * comm[g] / bandwidth + cost_params[BETA2] * (d - 1)
+        if ring <= attention:  # the ring hides behind attention: no all-to-all beats it
+            continue
+        for k in range(TRANSPORTS, cost_params.shape[0], 3):
+            u = int(cost_params[k])
+            if d % u:
+                continue
+            r = d // u
+            ring_u = 0.0
+            if r > 1:
+                ring_u = (r - 1) / r * cost_params[k + 2] * comm[g] / bandwidth
+                ring_u += cost_params[BETA2] * (r - 1)
+            block_inter = False
+            if inter:
+                for j in range(r):
+                    a = s0 + j * u
+                    if a // per_node != (a + u - 1) // per_node:
+                        block_inter = True
+                        break
+            block_bw = (
+                cost_params[INTER_NODE_BANDWIDTH]
+                if block_inter
+                else cost_params[INTRA_NODE_BANDWIDTH]
+            )
+            a2a = (u - 1) / u * cost_params[k + 1] * comm[g] / d / block_bw + cost_params[BETA3]
+            t = lin[g] / d / sp + max(attention, ring_u) + a2a + cost_params[BETA1] / sp
+            if t < times[g]:
+                times[g] = t
+                ulysses[g] = u
+    return ulysses
 
 
 # Tokens of a length-s sequence held by one member of a degree-d group (the layout contract):
