@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _profile_vision as profile_vision
+from ._args import int_in
 
 __all__ = ["register", "run"]
 
@@ -49,18 +50,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     for flag in _SHAPE_FLAGS:
         p.add_argument(
-            f"--{flag.replace('_', '-')}", type=int, dest=flag, help=f"override the preset's {flag}"
+            f"--{flag.replace('_', '-')}",
+            type=int_in(1, 1 << 20),
+            dest=flag,
+            help=f"override the preset's {flag}",
         )
     p.add_argument(
         "--lengths",
-        type=int,
+        type=int_in(2, 1 << 20, why="tokens; a longer one exhausts memory in attention"),
         nargs="+",
         help="sequence lengths to time (even; default 256..4096, --quick 256..2048)",
     )
-    p.add_argument("--repeats", type=int, help="timed runs per point, median kept (default 3)")
+    p.add_argument(
+        "--repeats", type=int_in(1, 1000), help="timed runs per point, median kept (default 3)"
+    )
     p.add_argument(
         "--threads",
-        type=int,
+        type=int_in(1, 1024),
         default=1,
         help="torch CPU threads (default 1: one replica per core, as the gloo examples run)",
     )
@@ -76,6 +82,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="4 lengths, 2 repeats, no full-attention points, 3 P2P sizes (~20 s)",
     )
     p.add_argument("--no-p2p", action="store_true", help="skip the two-process P2P measurement")
+    p.add_argument(
+        "--head-parallel",
+        action="store_true",
+        help="also time all-to-alls among 2 processes at the sizes a head-parallel block of the "
+        "grid holds, and price the hybrid u x r the shape's heads allow (beta3, a2a_efficiency)",
+    )
     profile_vision.add_arguments(p)
     p.add_argument(
         "--ring",
@@ -118,6 +130,23 @@ def _print_tables(profile: Any, console: Any) -> None:
                 f"{row.rel_error:+.1%}",
             )
         console.print(t)
+    if profile.a2a is not None:
+        t = Table(title="all-to-all fit: t(n) = latency + n_sent / bandwidth (2 processes)")
+        for col in ("bytes sent", "measured (µs)", "fitted (µs)", "error"):
+            t.add_column(col, justify="right")
+        for row in profile.a2a.rows:
+            t.add_row(
+                f"{int(row.x):,}",
+                f"{row.measured * 1e6:.1f}",
+                f"{row.predicted * 1e6:.1f}",
+                f"{row.rel_error:+.1%}",
+            )
+        console.print(t)
+        console.print(
+            f"head-parallel u in {list(profile.cost.head_parallel)}, β3 = "
+            f"{profile.cost.beta3 * 1e6:.1f} µs per micro-batch, all-to-all at "
+            f"{profile.cost.a2a_efficiency:.2f}x the P2P bandwidth"
+        )
     c = profile.cost
     console.print(
         f"α1 = {c.alpha1:.4g} s/token², α2 = {c.alpha2:.4g} s/token, β1 = {c.beta1:.4g} s, "
@@ -134,6 +163,8 @@ def print_warnings(profile: Any) -> list[str]:
     found = fit_warnings(profile.compute, "compute fit")
     if profile.p2p is not None:
         found += fit_warnings(profile.p2p, "P2P fit")
+    if profile.a2a is not None:
+        found += fit_warnings(profile.a2a, "all-to-all fit")
     for w in found:
         print(f"fcp profile: warning: {w}", file=sys.stderr, flush=True)
     return found
@@ -205,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
     if overrides:
         shape = dataclasses.replace(shape, name=f"{shape.name}-custom", **overrides)
     kw: dict = {"threads": args.threads, "device": args.device, "p2p": not args.no_p2p}
+    kw["head_parallel"] = bool(args.head_parallel)
     if args.lengths:
         kw["seqlens"] = tuple(args.lengths)
     if args.repeats:

@@ -94,6 +94,8 @@ class CostModel:
         the (u - 1)/u factor (`transports.a2a_bytes_per_token`).
     ring_shares: per u, the share of alpha3 the hybrid's ring moves (`transports.ring_share`).
     beta3: seconds of latency of a micro-batch's all-to-alls (4 per layer).
+    a2a_efficiency: bandwidth an all-to-all reaches over the link's P2P bandwidth (1.0 in the
+        presets; `fcp profile --head-parallel` measures it).
     """
 
     alpha1: float
@@ -113,6 +115,7 @@ class CostModel:
     a2a_bytes: tuple[float, ...] = ()
     ring_shares: tuple[float, ...] = ()
     beta3: float = 0.0
+    a2a_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
         self._check_transports()
@@ -160,6 +163,12 @@ class CostModel:
                     raise ConfigError(f"CostModel.{name}={vals} must hold finite numbers >= 0")
                 if v < 0:
                     raise ConfigError(f"CostModel.{name}={vals} must hold finite numbers >= 0")
+        eff = self.a2a_efficiency
+        if isinstance(eff, bool) or not isinstance(eff, (int, float)) or not eff > 0:
+            raise ConfigError(
+                f"CostModel.a2a_efficiency={eff!r} must be > 0 (all-to-all bandwidth over the "
+                "link's P2P bandwidth; 1.0 when unmeasured)"
+            )
         if us and self.alpha3 <= 0:
             raise ConfigError(
                 f"CostModel.head_parallel={us} needs alpha3 > 0 (the ring's bytes per token): "
@@ -173,10 +182,10 @@ class CostModel:
         return bool(self.head_parallel)
 
     def transport_params(self) -> np.ndarray:
-        """The transports as the kernels read them: (u, a2a_bytes / alpha3, ring share) per u,
-        flattened (an empty array without transports)."""
+        """The transports as the kernels read them: (u, a2a_bytes / alpha3 / a2a_efficiency,
+        ring share) per u, flattened (an empty array without transports)."""
         rows = [
-            (float(u), a / self.alpha3, sh)
+            (float(u), a / self.alpha3 / self.a2a_efficiency, sh)
             for u, a, sh in zip(self.head_parallel, self.a2a_bytes, self.ring_shares)
         ]
         return np.array(rows, dtype=np.float64).reshape(-1)
@@ -264,7 +273,8 @@ class CostModel:
                 ring = (r - 1) / r * share * comm / self.bandwidth(inter_node)
                 ring += self.beta2 * (r - 1)
             block_inter = inter_node if blocks_inter_node is None else blocks_inter_node(u)
-            ratio = nbytes / self.alpha3  # comm = α3 Σ|s_k|: the kernels' form, same rounding
+            # comm = α3 Σ|s_k|: the kernels' form, same rounding
+            ratio = nbytes / self.alpha3 / self.a2a_efficiency
             a2a = (u - 1) / u * ratio * comm / d / self.bandwidth(block_inter) + self.beta3
             t = lin_t + max(a, ring) + a2a + self.beta1 / speed
             if t < best:

@@ -41,6 +41,8 @@ __all__ = [
     "VisionSpec",
     "check_tensor_parallel",
     "estimate_cost_model",
+    "head_parallel_terms",
+    "model_spec",
     "pipeline_speedup",
 ]
 
@@ -307,6 +309,11 @@ DEVICES: dict[str, DeviceSpec] = {
         ),
     )
 }
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The preset `name` (case-insensitive), or ValueError listing the known ones."""
+    return _lookup(MODELS, name, "model")
 
 
 def _lookup(table: dict[str, Any], name: str, what: str) -> Any:

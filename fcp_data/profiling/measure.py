@@ -10,6 +10,10 @@ What is measured and what is derived:
 - intra/inter-node bandwidth and beta2: fitted to 2-process ping-pong (p2p.py); beta2 is the
   per-message latency x 3 messages per layer per ring step (forward KV, backward KV + dKV) x
   layers. One host has one kind of link, so inter = intra here;
+- with head_parallel: beta3 and a2a_efficiency fitted to all-to-alls among 2 processes
+  (a2a.py) at the buffer one member of a u = 2 block holds for one layer of each grid length;
+  beta3 = latency x 4 all-to-alls per layer x layers; the head-parallel degrees and bytes come
+  from the shape's heads (planner.transports);
 - alpha3 (ring bytes per token), bytes_per_token, static_bytes: from the shape, not measured:
   K and V of every layer, 3 passes; 34 activation bytes per hidden unit per layer per token in
   bf16 (Korthikanti et al. 2022), scaled to the element size; 16 bytes per parameter (fp32
@@ -29,8 +33,15 @@ from typing import Any
 import torch
 
 from fcp_data.planner import CostModel
+from fcp_data.planner.transports import (
+    A2A_EXCHANGES_PER_LAYER,
+    a2a_bytes_per_token,
+    head_parallel_degrees,
+    ring_share,
+)
 
 from ..errors import ConfigError
+from .a2a import A2APoint, measure_a2a
 from .fit import Fit, fit_compute, fit_p2p
 from .p2p import P2PPoint, measure_p2p
 from .shapes import ModelShape
@@ -56,6 +67,7 @@ class ProfileConfig:
     p2p: bool = True
     p2p_sizes: tuple[int, ...] | None = None
     p2p_repeats: int = 7
+    head_parallel: bool = False
 
     def __post_init__(self) -> None:
         if len(self.seqlens) < 3:
@@ -82,9 +94,16 @@ class ProfileConfig:
         per_token = 2 * self.shape.kv_heads * self.shape.head_dim * 4
         return tuple(sorted({s // 2 * per_token for s in self.seqlens}))
 
+    def a2a_message_sizes(self) -> tuple[int, ...]:
+        """All-to-all buffers to time: what one member of a u = 2 block holds for one layer of
+        each grid length at degree 2 (s/2 tokens x (2H + 2 H_kv) x head_dim x 4 bytes)."""
+        per_token = (2 * self.shape.heads + 2 * self.shape.kv_heads) * self.shape.head_dim * 4
+        return tuple(sorted({s // 2 * per_token for s in self.seqlens}))
+
     @property
     def num_steps(self) -> int:
-        return len(self.seqlens) * (3 if self.full_attention else 2) + int(self.p2p)
+        steps = len(self.seqlens) * (3 if self.full_attention else 2) + int(self.p2p)
+        return steps + int(self.head_parallel)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -96,6 +115,8 @@ class Profile:
     points: tuple[ComputePoint, ...]
     p2p: Fit | None = None
     p2p_points: tuple[P2PPoint, ...] = ()
+    a2a: Fit | None = None
+    a2a_points: tuple[A2APoint, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,6 +137,9 @@ class Profile:
                 "p2p_fit": None if self.p2p is None else {
                     "coef": self.p2p.coef, "rows": table(self.p2p),
                     "max_abs_error": self.p2p.max_abs_error},
+                "a2a_fit": None if self.a2a is None else {
+                    "coef": self.a2a.coef, "rows": table(self.a2a),
+                    "max_abs_error": self.a2a.max_abs_error},
                 "points": [asdict(p) for p in self.points],
             },
         }  # fmt: skip
@@ -173,6 +197,30 @@ def run_profile(config: ProfileConfig, *, on_step: Callable[[str], None] | None 
         latency = p2p_fit.coef["latency"]
         spb = p2p_fit.coef["seconds_per_byte"]
         bandwidth = 1.0 / spb if spb > 0 else 1e12
+    a2a_fit, a2a_points, a2a_terms = None, (), {}
+    if config.head_parallel:
+        gpus = config.device.startswith("cuda") and torch.cuda.device_count() >= 2
+        a2a_points = tuple(
+            measure_a2a(
+                config.a2a_message_sizes(),
+                repeats=config.p2p_repeats,
+                backend="nccl" if gpus else "gloo",
+            )
+        )
+        step("all-to-all")
+        # a member sends (world - 1)/world of its buffer: fit on the bytes that travel
+        sent = [p.nbytes * (p.world - 1) / p.world for p in a2a_points]
+        a2a_fit = fit_p2p(sent, [p.seconds for p in a2a_points])
+        a2a_spb = a2a_fit.coef["seconds_per_byte"]
+        p2p_spb = 1.0 / bandwidth if p2p_fit is None else p2p_fit.coef["seconds_per_byte"]
+        # a ratio of two fitted slopes; either fitted as 0 (a degenerate fit, which
+        # fit_warnings reports) leaves the all-to-all at the link's bandwidth
+        efficiency = p2p_spb / a2a_spb if a2a_spb > 0 and p2p_spb > 0 else 1.0
+        a2a_terms = {
+            **shape_head_parallel_terms(shape, bytes_per_element=4),
+            "beta3": A2A_EXCHANGES_PER_LAYER * shape.layers * a2a_fit.coef["latency"],
+            "a2a_efficiency": efficiency,
+        }
     elem = torch.finfo(torch.float32).bits // 8
     cost = CostModel(
         alpha1=compute.coef["alpha1"], alpha2=compute.coef["alpha2"],
@@ -182,7 +230,7 @@ def run_profile(config: ProfileConfig, *, on_step: Callable[[str], None] | None 
         bytes_per_token=34.0 * shape.hidden * shape.layers * elem / 2,
         static_bytes=16.0 * shape.params, eta_full=eta,
         name=f"{shape.name}@{config.device} (measured, {config.threads} thread"
-        f"{'s' if config.threads > 1 else ''})",
+        f"{'s' if config.threads > 1 else ''})", **a2a_terms,
     )  # fmt: skip
     meta = {
         "shape": asdict(shape), "device": config.device, "threads": config.threads,
@@ -194,4 +242,20 @@ def run_profile(config: ProfileConfig, *, on_step: Callable[[str], None] | None 
         "loadavg_1min": [load_before, os.getloadavg()[0]],  # busy machine: noisy points
     }  # fmt: skip
     return Profile(cost=cost, compute=compute, points=tuple(points), p2p=p2p_fit,
-                   p2p_points=p2p_points, meta=meta)  # fmt: skip
+                   p2p_points=p2p_points, a2a=a2a_fit, a2a_points=a2a_points,
+                   meta=meta)  # fmt: skip
+
+
+def shape_head_parallel_terms(shape: ModelShape, *, bytes_per_element: int) -> dict[str, Any]:
+    """The head-parallel fields of a profiled shape (its heads, in the profile's dtype)."""
+    us = head_parallel_degrees(shape.heads, shape.kv_heads)
+    return {
+        "head_parallel": us,
+        "a2a_bytes": tuple(
+            a2a_bytes_per_token(heads=shape.heads, kv_heads=shape.kv_heads,
+                                head_dim=shape.head_dim, ulysses=u,
+                                activation_bytes=bytes_per_element, layers=shape.layers)
+            for u in us
+        ),
+        "ring_shares": tuple(ring_share(shape.kv_heads, u) for u in us),
+    }  # fmt: skip

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..planner import Cluster, CostModel, Plan
+from ..planner.transports import blocks_span_nodes
 
 __all__ = ["Bar", "WaveSpan", "timeline", "wave_spans"]
 
@@ -31,6 +32,12 @@ class Bar:
     tokens: int
     start: float
     duration: float
+    ulysses: int = 1  # the group's transport: 1 the ring, u > 1 the hybrid u x (degree / u)
+
+    @property
+    def transport(self) -> str:
+        """ "ring", or "u×r" for the head-parallel hybrid (all-to-all over u, ring over r)."""
+        return "ring" if self.ulysses == 1 else f"{self.ulysses}×{self.degree // self.ulysses}"
 
     @property
     def end(self) -> float:
@@ -66,6 +73,10 @@ def timeline(
                 causal=causal[ids],
                 inter_node=cluster.spans_nodes(reps),
                 speed=float(speed[reps].min()),
+                blocks_inter_node=lambda u, r=reps: blocks_span_nodes(
+                    r, u, cluster.replicas_per_node
+                ),
+                ulysses=g.ulysses,
             )
             start = float(free[reps].max())
             free[reps] = start + t
@@ -79,6 +90,7 @@ def timeline(
                     tokens=g.num_tokens,
                     start=start,
                     duration=t,
+                    ulysses=g.ulysses,
                 )
             )
         free[idle] += idle_s[idle]

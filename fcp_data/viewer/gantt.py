@@ -4,6 +4,8 @@ Legibility rules, in points of the rendered axes: a bar is at least 1.2 pt wide 
 of a short sequence on a long timeline would otherwise vanish) and loses its white outline
 when it is under 4 pt in either direction (the outline would cover it). A label is the long
 "d=4 · 12 seq" where it fits, the bare degree "4" where only that fits, and nothing otherwise;
+a group on the head-parallel hybrid is hatched and labelled with its transport ("d=8 2×4":
+all-to-all over 2, ring over 4);
 the fit is measured as 0.62 x font size per character and font size + 1 pt of height.
 Waves: a bracket per wave above the axes (labelled w0, w1, ... where there is room) and a
 vertical line where each wave after the first starts (solid at a barrier, dotted otherwise).
@@ -37,7 +39,13 @@ def label_for(bar: Bar, width_pt: float, height_pt: float) -> str:
     """The longest label of `bar` that fits a box of this size ("" when none does)."""
     if height_pt < FONT + 1:
         return ""
-    for text in (f"d={bar.degree} · {bar.num_sequences} seq", f"d={bar.degree}", str(bar.degree)):
+    hybrid = f" {bar.transport}" if bar.ulysses > 1 else ""  # "d=8 2×4": all-to-all 2, ring 4
+    for text in (
+        f"d={bar.degree}{hybrid} · {bar.num_sequences} seq",
+        f"d={bar.degree}{hybrid}",
+        f"d={bar.degree}",
+        str(bar.degree),
+    ):
         if len(text) * CHAR_W * FONT + 2 <= width_pt:
             return text
     return ""
@@ -120,7 +128,10 @@ def draw_panel(
         runs = _runs(b.replicas)
         for first, count in runs:
             outline = w * pt_per_s >= 4 and count * pt_per_row >= 4
-            ax.add_patch(_rect((b.start, first - 0.5), w, count, c, outline))
+            patch = _rect((b.start, first - 0.5), w, count, c, outline)
+            if b.ulysses > 1:  # head-parallel hybrid: hatched, whatever its degree colour
+                patch.set_hatch("//")
+            ax.add_patch(patch)
         first, count = max(runs, key=lambda fc: fc[1])
         text = label_for(b, b.duration * pt_per_s, count * pt_per_row)
         if text:

@@ -13,12 +13,16 @@ __all__ = ["degree_mix", "print_comparison", "summarize"]
 
 
 def degree_mix(res: StrategyResult) -> str:
-    """ "⟨8⟩×2, ⟨1⟩×12": CP groups per degree, widest first (6 at most)."""
+    """ "⟨8⟩×2, ⟨1⟩×12": CP groups per degree, widest first (6 at most); "; 3 hybrid" counts
+    the groups that run the head-parallel hybrid instead of the ring."""
     if res.plan is None:
         return "-"
     c = Counter(res.plan.degrees)
-    return ", ".join(f"⟨{d}⟩×{n}" for d, n in sorted(c.items(), reverse=True)[:6]) + (
-        " …" if len(c) > 6 else ""
+    hybrid = sum(g.ulysses > 1 for g in res.plan.groups)
+    return (
+        ", ".join(f"⟨{d}⟩×{n}" for d, n in sorted(c.items(), reverse=True)[:6])
+        + (" …" if len(c) > 6 else "")
+        + (f"; {hybrid} hybrid" if hybrid else "")
     )
 
 

@@ -147,3 +147,33 @@ def test_fcp_profile_warns_on_a_planted_degenerate_fit_and_logs_progress(
     assert any("3 point(s) for 3 coefficients" in w for w in warnings), captured.err
     assert any("off by more than 25%: 512 (-27%)" in w for w in warnings), captured.err
     assert str(out) in captured.out
+
+
+def test_all_to_all_measurement_on_three_real_processes() -> None:
+    from fcp_data.profiling.a2a import measure_a2a
+
+    points = measure_a2a((3 * 4096, 3 << 18), world=3, repeats=2, timeout_s=90)
+    # buffers are split evenly over the members: a multiple of 3 floats
+    assert [p.nbytes for p in points] == [3 * 4096, 3 << 18]
+    assert all(0 < p.seconds < 5 and p.world == 3 for p in points)
+
+
+def test_fcp_profile_head_parallel_prices_the_shapes_transports(tmp_path, capsys) -> None:
+    from fcp_data.planner.transports import a2a_bytes_per_token, head_parallel_degrees
+    from fcp_data.profiling import shape_from_name
+
+    out = tmp_path / "p.json"
+    argv = ["profile", "--quick", "--lengths", "128", "256", "512", "--repeats", "1",
+            "--no-p2p", "--head-parallel", "-o", str(out)]  # fmt: skip
+    assert fcp_main(argv) == 0
+    assert "all-to-all fit" in capsys.readouterr().out
+    shape = shape_from_name("cpu-small")
+    cost = CostModel.load(out)
+    assert cost.head_parallel == head_parallel_degrees(shape.heads, shape.kv_heads) != ()
+    assert cost.a2a_bytes[0] == a2a_bytes_per_token(
+        heads=shape.heads, kv_heads=shape.kv_heads, head_dim=shape.head_dim,
+        ulysses=cost.head_parallel[0], activation_bytes=4, layers=shape.layers,
+    )  # fmt: skip
+    assert cost.a2a_efficiency > 0 and cost.beta3 >= 0
+    raw = json.loads(out.read_text())["profile"]
+    assert len(raw["a2a_fit"]["rows"]) == 3

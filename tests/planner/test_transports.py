@@ -241,3 +241,18 @@ def test_transport_fields_survive_save_and_load(tmp_path):
     cost.save(tmp_path / "c.json")
     back = CostModel.load(tmp_path / "c.json")
     assert back == cost and isinstance(back.head_parallel, tuple)
+
+
+def test_the_viewer_draws_each_groups_transport(hybrid):
+    from fcp_data.viewer.bars import timeline
+    from fcp_data.viewer.gantt import label_for
+
+    lens = np.array([3000] * 8 + [1500] * 8)
+    cluster = Cluster(8, tokens_per_replica=1024, replicas_per_node=8)
+    plan = plan_global_batch(lens, cluster, hybrid)
+    bars, _ = timeline(plan, lens, cluster, hybrid, np.ones(lens.size, bool))
+    assert [b.ulysses for b in bars] == [g.ulysses for w in plan.waves for g in w.groups]
+    assert max(b.end for b in bars) == pytest.approx(plan.predicted_time, rel=1e-9)
+    wide = next(b for b in bars if b.ulysses > 1)
+    assert wide.transport == f"{wide.ulysses}×{wide.degree // wide.ulysses}"
+    assert wide.transport in label_for(wide, 1e4, 1e3)
