@@ -9,7 +9,10 @@ suite cannot rot. It writes ONE JSON with every figure, the device, torch / CUDA
 flash-attn versions and every skipped part with its reason, and prints a table. Parts:
 
 1. exactness: fcp's ring attention against a float64 reference for d = 1..4, fp32 and bf16,
-   causal / full / mixed varlen packs, GQA; max abs and relative error of out, dq, dk, dv.
+   causal / full / mixed varlen packs, GQA; max abs and relative error of out, dq, dk, dv;
+   also the head-parallel transports of `fcp_exec.ulysses` (u = d all-to-all, 1 < u < d hybrid
+   u x r; every u > 1 dividing d and the head count) on mixed packs, fp32 (GQA, K/V
+   replicated where u exceeds the K/V heads) and bf16.
    Ranks sharing a GPU exchange through host memory over gloo (NCCL refuses two ranks on one
    device); with one GPU per rank NCCL is used. CPU: gloo.
 2. kernel_d1: fcp's d = 1 attention vs flash-attn (when installed) and torch SDPA, fwd + bwd.

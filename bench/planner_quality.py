@@ -1,11 +1,13 @@
 """Planner quality over a grid of data, cluster sizes and devices; one cost model scores all.
 
-Grid: length profiles × N ∈ {16, 32, 64} × tokens per replica ∈ {8K, 16K, 32K} × devices (H200,
-8 per node; Ascend 910C, 16 per node) × a large and a small model (Qwen3-8B / Qwen3-1.7B for
-text, Qwen3-VL-8B / -2B for video), global batch 512. For each cell: fcp's predicted makespan
-over the lower bound (the combined bound of `bounds.lower_bound`, and the simple one
-max(W/N, longest alone) for reference), and ratios against static-balanced, static (Megatron-LM)
-pow2 and megatron-core's hybrid CP. Then tiny batches against the exhaustive optimum.
+Grid: 8 length profiles (GitHub, C4, Wikipedia, the extreme batch, ByteScale's longmix,
+MSR-VTT, InternVid, OpenVid) × N ∈ {16, 32, 64, 128} × tokens per replica ∈ {8K, 16K, 32K} ×
+devices (H200, 8 per node; Ascend 910C, 16 per node) × a large and a small model (Qwen3-8B /
+Qwen3-1.7B for text, Qwen3-VL-8B / -2B for video), global batch 512: 384 cells. For each cell:
+fcp's predicted makespan over the lower bound (the combined bound of `bounds.lower_bound`, and
+the simple one max(W/N, longest alone) for reference), and ratios against static-balanced,
+static (Megatron-LM), pow2, megatron-core's hybrid CP and Megatron-LM dev's dynamic CP (at its
+default knob and tuned per batch). Then tiny batches against the exhaustive optimum.
 
     python bench/planner_quality.py [--quick] [--seeds 1] [--no-megatron]
 """
@@ -27,7 +29,7 @@ from fcp_data.planner import Cluster, CostModel, generate_lengths, plan_global_b
 from fcp_data.planner.oracle import exhaustive_optimum
 from fcp_data.planner.problem import Problem
 
-TEXT = ("github", "c4", "wikipedia", "extreme")
+TEXT = ("github", "c4", "wikipedia", "extreme", "longmix")
 VIDEO = ("msrvtt", "internvid", "openvid")
 DEVICES = (("h200", 8), ("ascend-910c", 16))
 
@@ -51,10 +53,17 @@ def simple_bound(lens: np.ndarray, cluster: Cluster, cost: CostModel) -> float:
 
 def run_grid(args: argparse.Namespace) -> list[dict]:
     rows = []
-    profiles = ("github", "extreme", "internvid") if args.quick else TEXT + VIDEO
-    sizes = (16, 64) if args.quick else (16, 32, 64)
+    profiles = ("github", "extreme", "longmix", "internvid") if args.quick else TEXT + VIDEO
+    sizes = (16, 128) if args.quick else (16, 32, 64, 128)
     caps = (8192, 32768) if args.quick else (8192, 16384, 32768)
-    strategies = ["fcp", "static-balanced", "static", "pow2"]
+    strategies = [
+        "fcp",
+        "static-balanced",
+        "static",
+        "pow2",
+        "megatron-dynamic",
+        "megatron-dynamic-tuned",
+    ]
     if not args.no_megatron:
         strategies.append("megatron-hybrid")
     for profile, n, cap, (device, rpn), size, seed in itertools.product(
@@ -89,6 +98,8 @@ def run_grid(args: argparse.Namespace) -> list[dict]:
                 continue
             row[strategy] = plan.predicted_time
             row[f"{strategy}_ms"] = (time.perf_counter() - t0) * 1e3
+            if strategy == "megatron-dynamic-tuned":
+                row["tuned_knob"] = plan.winner
             if strategy == "fcp":
                 row["lower_bound"] = plan.lower_bound
                 row["winner"] = plan.winner.split("(")[0]
@@ -108,6 +119,9 @@ def summarise(rows: list[dict], console: Console) -> dict:
         out = [r[other] / r[key] for r in rows if r.get(other) and r.get(key)]
         return np.array(out) if out else np.array([np.nan])
 
+    def geomean(key: str, other: str) -> float:
+        return float(np.exp(np.nanmean(np.log(ratios(key, other)))))
+
     lb = np.array([r["fcp"] / r["lower_bound"] for r in rows])
     slb = np.array([r["fcp"] / r["simple_bound"] for r in rows])
     table = Table(
@@ -121,8 +135,11 @@ def summarise(rows: list[dict], console: Console) -> dict:
         "fcp/simpleLB mean",
         "vs static-bal min",
         "vs static mean",
-        "vs pow2 mean",
+        "vs pow2 min",
         "vs mcore-hybrid mean",
+        "vs mdyn geo",
+        "vs mdyn-tuned geo",
+        "vs mdyn-tuned min",
         "fcp ms p50",
     ):
         table.add_column(c, justify="right")
@@ -135,6 +152,9 @@ def summarise(rows: list[dict], console: Console) -> dict:
             v = [r[other] / r["fcp"] for r in sel if r.get(other)]
             return np.array(v) if v else np.array([np.nan])
 
+        def geo(other: str) -> float:
+            return float(np.exp(np.nanmean(np.log(rat(other)))))
+
         table.add_row(
             profile,
             str(len(sel)),
@@ -143,8 +163,11 @@ def summarise(rows: list[dict], console: Console) -> dict:
             f"{sub_s.mean():.3f}",
             f"{rat('static-balanced').min():.3f}",
             f"{rat('static').mean():.2f}x",
-            f"{rat('pow2').mean():.3f}",
+            f"{rat('pow2').min():.3f}",
             f"{np.nanmean(rat('megatron-hybrid')):.2f}x",
+            f"{geo('megatron-dynamic'):.2f}x",
+            f"{geo('megatron-dynamic-tuned'):.3f}x",
+            f"{rat('megatron-dynamic-tuned').min():.3f}",
             f"{np.median([r['fcp_ms'] for r in sel]):.1f}",
         )
     console.print(table)
@@ -162,6 +185,25 @@ def summarise(rows: list[dict], console: Console) -> dict:
         "vs_pow2_min": float(np.nanmin(ratios("fcp", "pow2"))),
         "vs_megatron_hybrid_mean": float(np.nanmean(ratios("fcp", "megatron-hybrid"))),
         "megatron_hybrid_failures": sum(1 for r in rows if r.get("megatron-hybrid_error")),
+        "vs_megatron_dynamic_geomean": geomean("fcp", "megatron-dynamic"),
+        "vs_megatron_dynamic_min": float(np.nanmin(ratios("fcp", "megatron-dynamic"))),
+        "vs_megatron_dynamic_tuned_geomean": geomean("fcp", "megatron-dynamic-tuned"),
+        "vs_megatron_dynamic_tuned_min": float(np.nanmin(ratios("fcp", "megatron-dynamic-tuned"))),
+        "vs_megatron_dynamic_tuned_max": float(np.nanmax(ratios("fcp", "megatron-dynamic-tuned"))),
+        "vs_pow2_geomean": geomean("fcp", "pow2"),
+        "cells_over_1_08": sorted(
+            (
+                {k: r[k] for k in ("profile", "n", "cap", "device", "model", "seed", "winner")}
+                | {"ratio": r["fcp"] / r["lower_bound"]}
+                for r in rows
+                if r["fcp"] / r["lower_bound"] > 1.08
+            ),
+            key=lambda c: -c["ratio"],
+        ),
+        "fcp_ms_p50_by_n": {
+            int(n): float(np.median([r["fcp_ms"] for r in rows if r["n"] == n]))
+            for n in sorted({r["n"] for r in rows})
+        },
         "winners": {w: sum(r["winner"] == w for r in rows) for w in {r["winner"] for r in rows}},
     }
     console.print(summary)
@@ -200,7 +242,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/results/planner_quality.json"))
     args = ap.parse_args()
     warnings.filterwarnings("ignore", category=UserWarning)
-    console = Console(width=170)
+    console = Console(width=220)
     rows = run_grid(args)
     summary = summarise(rows, console)
     oracle = tiny_oracle(console, args.oracle_trials)

@@ -65,6 +65,8 @@ def speed_table(console: Console, repeat: int) -> list[dict]:
         "replicas",
         "fcp ms",
         "static-balanced ms",
+        "megatron-dynamic ms",
+        "mdyn-tuned ms",
         "megatron-hybrid ms",
         "winner",
     ):
@@ -79,6 +81,18 @@ def speed_table(console: Console, repeat: int) -> list[dict]:
         sb, _ = timed(
             lambda lens=lens, cl=cl: plan_global_batch(
                 lens, cl, cost, strategy="static-balanced", on_too_long="drop"
+            ),
+            rep,
+        )
+        md, _ = timed(
+            lambda lens=lens, cl=cl: plan_global_batch(
+                lens, cl, cost, strategy="megatron-dynamic", on_too_long="drop"
+            ),
+            rep,
+        )
+        mdt, _ = timed(
+            lambda lens=lens, cl=cl: plan_global_batch(
+                lens, cl, cost, strategy="megatron-dynamic-tuned", on_too_long="drop"
             ),
             rep,
         )
@@ -97,11 +111,23 @@ def speed_table(console: Console, repeat: int) -> list[dict]:
                 "replicas": n,
                 "fcp_ms": ms,
                 "static_balanced_ms": sb,
+                "megatron_dynamic_ms": md,
+                "megatron_dynamic_tuned_ms": mdt,
                 "megatron_hybrid_ms": mh,
                 "winner": plan.winner,
             }
         )
-        table.add_row(profile, str(k), str(n), f"{ms:.2f}", f"{sb:.2f}", f"{mh:.1f}", plan.winner)
+        table.add_row(
+            profile,
+            str(k),
+            str(n),
+            f"{ms:.2f}",
+            f"{sb:.2f}",
+            f"{md:.2f}",
+            f"{mdt:.2f}",
+            f"{mh:.1f}",
+            plan.winner,
+        )
     console.print(table)
     return rows
 
@@ -119,6 +145,8 @@ def breakdown(console: Console, repeat: int) -> dict:
     lb_ms, lb = timed(lambda: lower_bound(prob), repeat)
     out["lower_bound"] = lb_ms
     units = prob.order
+    keep = np.ones(units.size, dtype=bool)
+    best = min(c.makespan for c in api._core_family(prob, lb, units) if c is not None)
     parts = {
         "paper": lambda: api.paper_schedule(prob, units),
         "lanes": lambda: api.lane_candidates(prob, lb, units),
@@ -126,6 +154,14 @@ def breakdown(console: Console, repeat: int) -> dict:
         "moldable": lambda: api.moldable_schedule(prob, units),
         "static-balanced": lambda: api.static_balanced(prob, units),
         "static": lambda: api.static_megatron(prob, units),
+        "core family (fcp before pow2 / megatron-dynamic)": lambda: api._core_family(
+            prob, lb, units
+        ),
+        "pow2 candidates": lambda: api._pow2_candidates(prob, None, keep, 0),
+        "megatron-dynamic grid (unpruned)": lambda: api.megatron_dynamic_tuned(prob, units),
+        "megatron-dynamic grid (pruned)": lambda: api.megatron_dynamic_tuned(
+            prob, units, prune_above=best
+        ),
     }
     for name, fn in parts.items():
         out[name], _ = timed(fn, repeat)

@@ -17,6 +17,7 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .errors import FCPError
 
@@ -37,10 +38,21 @@ def _version() -> str:
         return __version__
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with the CLI's error contract: a bad flag is one line and exit status 2.
+
+    argparse's default prints the whole usage block before the error; here the error line
+    names the flag and value and points at `--help`, like every other `fcp` error.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import commands
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="fcp",
         description=(
             "Flexible Context Parallelism: plan and feed long-context training on long-tailed "

@@ -6,7 +6,11 @@ the RankPlan's group is bound and attention runs over its ring:
     cache = CPGroupCache(ReplicaRanks(world_size=W, tensor_parallel=TP, pipeline_parallel=PP))
     cache.prepare_plan(plan)                      # or cp_context(..., wave_groups=...)
     with cp_context(rank_plan, groups=cache) as cp:   # members first check they agree
-        out = ring_attention(q, k, v, cu_seqlens, cu_seqlens_padded, ring=cp.ring, causal=flags)
+        out = cp_attention(q, k, v, cu_seqlens, cu_seqlens_padded, binding=cp, causal=flags)
+
+`cp_attention` runs the group's transport: the ring (u = 1, `ring_attention`) or the hybrid
+u x r of `fcp_exec.ulysses` (all-to-all over heads within blocks of u members, then a ring of
+r = d / u); `fcp_exec.transport_bytes` states the bytes each moves.
 
 Vision-language models: `fcp_exec.vision.encode_and_scatter` (encode the tubelets a replica
 holds, scatter them into its embeddings), `fcp_exec.hf` (ring attention as the transformers
@@ -29,6 +33,8 @@ from fcp_exec.groups import CPGroupCache, ReplicaRanks
 from fcp_exec.kernels import select_kernel
 from fcp_exec.layout import ShardLayout, local_token_index
 from fcp_exec.ring import RingComm
+from fcp_exec.transport import cp_attention
+from fcp_exec.transport_bytes import a2a_bytes_per_token
 from fcp_exec.verify import PlanMismatchError, RingFingerprint, verify_plan_digest, verify_ring
 
 __all__ = [
@@ -39,7 +45,9 @@ __all__ = [
     "RingComm",
     "RingFingerprint",
     "ShardLayout",
+    "a2a_bytes_per_token",
     "all_reduce_gradients",
+    "cp_attention",
     "cp_context",
     "local_token_index",
     "ring_attention",

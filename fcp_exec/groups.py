@@ -12,11 +12,14 @@ the same calls, their LRU states (and hence evictions, which destroy the group) 
 Creating a gloo group of 2-5 ranks costs a few ms on one host; a cache hit is a dict lookup.
 
 Under TP x PP a ring needs TP x PP CP groups plus PP TP x CP groups, so one global batch at
-TP = 8 can need ~100 groups. `prepare_plan` pins every group of the batch (and `prepare` those
-of the wave in flight): eviction only ever takes groups of earlier batches, so a group is never
-destroyed between its creation and its use. Under megatron's pipeline schedule all groups of a
-batch must exist before the schedule runs (creating one inside a stage's forward deadlocks the
-stages that are waiting in send/recv), which is what `prepare_plan` is for.
+TP = 8 can need ~100 groups. A group with the hybrid transport u x r (`CPGroup.ulysses` = u > 1)
+also needs its r all-to-all blocks of u members at every (tp_rank, pp_rank): r x TP x PP more
+(for u = d the block is the CP group itself, so none). `prepare_plan` pins every group of the
+batch (and `prepare` those of the wave in flight): eviction only ever takes groups of earlier
+batches, so a group is never destroyed between its creation and its use. Under megatron's
+pipeline schedule all groups of a batch must exist before the schedule runs (creating one inside
+a stage's forward deadlocks the stages that are waiting in send/recv), which is what
+`prepare_plan` is for.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from fcp_data.errors import ConfigError
 if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
     from fcp_data.planner.plan import Plan
 
-__all__ = ["CPGroupCache", "ReplicaRanks"]
+__all__ = ["CPGroupCache", "ReplicaRanks", "wave_specs"]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -88,15 +91,58 @@ class ReplicaRanks:
             )
         )
 
-    def all_rank_sets(self, replicas: Sequence[int]) -> list[tuple[int, ...]]:
-        """Every CP and TP x CP rank tuple of a ring, in a fixed order (for collective creation)."""
+    def all_rank_sets(self, replicas: Sequence[int], ulysses: int = 1) -> list[tuple[int, ...]]:
+        """Every CP, TP x CP and (u > 1) all-to-all block rank tuple of a group, in a fixed
+        order (for collective creation). Block j is ring positions j*u .. j*u+u-1 at every
+        (tp_rank, pp_rank): r blocks per TP x PP position, none when u = 1."""
+        if ulysses < 1 or len(replicas) % ulysses:
+            raise ConfigError(
+                f"ulysses={ulysses} does not divide the degree {len(replicas)} of group "
+                f"{tuple(replicas)}; the plan is corrupt"
+            )
         out: list[tuple[int, ...]] = []
         for pp in range(self.pipeline_parallel):
             for t in range(self.tensor_parallel):
                 out.append(tuple(self.global_rank(r, t, pp) for r in replicas))
             if self.tensor_parallel > 1:
                 out.append(self.tp_cp_ranks(replicas, self.global_rank(replicas[0], 0, pp)))
+            if ulysses > 1:
+                for t in range(self.tensor_parallel):
+                    for j in range(0, len(replicas), ulysses):
+                        block = replicas[j : j + ulysses]
+                        out.append(tuple(self.global_rank(r, t, pp) for r in block))
         return out
+
+
+# A group to prepare: its replicas (a ring, u = 1) or a `CPGroup` (`.replicas`, `.ulysses`).
+GroupSpec = Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    replicas: tuple[int, ...]
+    ulysses: int = 1
+
+
+def wave_specs(
+    wave_groups: Sequence[Sequence[int]], wave_ulysses: Sequence[int] | None = None
+) -> list[GroupSpec]:
+    """A wave's groups as `prepare` takes them: replica tuples with their transport (u) when
+    `wave_ulysses` gives one per group (a micro-batch's `wave_ulysses`), else rings."""
+    if not wave_ulysses:
+        return [tuple(int(r) for r in g) for g in wave_groups]
+    if len(wave_ulysses) != len(wave_groups):
+        raise ValueError(
+            f"wave_ulysses has {len(wave_ulysses)} entries for {len(wave_groups)} wave groups: "
+            "pass the micro-batch's own wave_groups and wave_ulysses together"
+        )
+    return [_Spec(tuple(int(r) for r in g), int(u)) for g, u in zip(wave_groups, wave_ulysses)]
+
+
+def _spec(group: GroupSpec) -> tuple[tuple[int, ...], int]:
+    if hasattr(group, "replicas"):
+        return tuple(group.replicas), int(getattr(group, "ulysses", 1))
+    return tuple(int(r) for r in group), 1
 
 
 class CPGroupCache:
@@ -132,10 +178,10 @@ class CPGroupCache:
     def __contains__(self, ranks: Sequence[int]) -> bool:
         return tuple(sorted(ranks)) in self._groups
 
-    def prepare(self, rings: Iterable[Sequence[int]]) -> None:
-        """Create the groups of these rings (replica indices) that are missing. COLLECTIVE:
-        every rank must call it with the same rings in the same order (e.g. all of a wave's
-        `CPGroup.replicas`)."""
+    def prepare(self, rings: Iterable[GroupSpec]) -> None:
+        """Create the groups of these rings (replica indices, or `CPGroup`s, whose u > 1 adds
+        the all-to-all block groups) that are missing. COLLECTIVE: every rank must call it with
+        the same rings in the same order (e.g. all of a wave's `CPGroup`s)."""
         keys = self._keys(rings)
         self._wave_pins = frozenset(keys)
         self._check_fits(self._plan_pins | self._wave_pins, "one wave and its batch")
@@ -154,15 +200,27 @@ class CPGroupCache:
                 f"{self.ranks.tensor_parallel} / PP {self.ranks.pipeline_parallel}); build the "
                 "Cluster with num_replicas = world_size // (TP * PP)"
             )
-        self._pin_batch([[g.replicas for g in wave.groups] for wave in plan.waves])
+        self._pin_batch([list(wave.groups) for wave in plan.waves])
 
     def prepare_batch(self, micro_batches: Sequence[Any]) -> None:
         """`prepare_plan` from one global batch's micro-batches (each carries its wave's
         `wave_groups`): what a training loop holds when it runs megatron's pipeline schedule
-        over a batch. COLLECTIVE: every rank passes its own micro-batches of the same batch."""
-        waves = {}
+        over a batch. COLLECTIVE: every rank passes its own micro-batches of the same batch.
+        A micro-batch's transports come from `wave_ulysses` (one u per wave group) when it has
+        them; without them every group is a ring, and a micro-batch whose own RankPlan says
+        u > 1 raises ConfigError (pass prepare_plan(plan) instead)."""
+        waves: dict[int, list[GroupSpec]] = {}
         for mb in micro_batches:
-            waves.setdefault(int(mb.wave), [tuple(g) for g in mb.wave_groups])
+            groups = [tuple(g) for g in mb.wave_groups]
+            us = tuple(getattr(mb, "wave_ulysses", None) or (1,) * len(groups))
+            own = getattr(getattr(mb, "rank_plan", None), "ulysses", 1)
+            if own != 1 and not getattr(mb, "wave_ulysses", None):
+                raise ConfigError(
+                    f"micro-batch of wave {mb.wave} runs u={own} but carries no wave_ulysses: "
+                    "prepare its block groups with CPGroupCache.prepare_plan(plan)"
+                )
+            specs = [_Spec(g, u) for g, u in zip(groups, us, strict=True)]
+            waves.setdefault(int(mb.wave), specs)
         missing = [w for w in range(max(waves, default=-1) + 1) if w not in waves]
         if missing:
             raise ConfigError(
@@ -171,7 +229,7 @@ class CPGroupCache:
             )
         self._pin_batch([waves[w] for w in sorted(waves)])
 
-    def _pin_batch(self, waves: list[list[Sequence[int]]]) -> None:
+    def _pin_batch(self, waves: list[list[GroupSpec]]) -> None:
         keys = self._keys(ring for wave in waves for ring in wave)
         self._plan_pins = frozenset(keys)
         self._wave_pins = frozenset()
@@ -180,21 +238,23 @@ class CPGroupCache:
             self._touch_or_create(key)
 
     def groups_needed(self, plan: Plan) -> int:
-        """Distinct process groups (CP and TP x CP, every PP stage) one batch's plan needs."""
-        return len(self._keys(g.replicas for wave in plan.waves for g in wave.groups))
+        """Distinct process groups (CP, TP x CP and all-to-all blocks, every PP stage) one
+        batch's plan needs."""
+        return len(self._keys(g for wave in plan.waves for g in wave.groups))
 
-    def _keys(self, rings: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
+    def _keys(self, rings: Iterable[GroupSpec]) -> list[tuple[int, ...]]:
         keys: dict[tuple[int, ...], None] = {}  # ordered, each once
-        for replicas in rings:
-            for key in self.ranks.all_rank_sets(replicas):
+        for group in rings:
+            replicas, ulysses = _spec(group)
+            for key in self.ranks.all_rank_sets(replicas, ulysses):
                 keys[tuple(sorted(key))] = None
         return list(keys)
 
     def _check_fits(self, pins: frozenset[tuple[int, ...]], what: str) -> None:
         if self.capacity is not None and len(pins) > self.capacity:
             raise ConfigError(
-                f"{what} needs {len(pins)} process groups (CP and TP x CP groups of every ring "
-                f"and PP stage; TP={self.ranks.tensor_parallel}, "
+                f"{what} needs {len(pins)} process groups (CP, TP x CP and all-to-all groups of "
+                f"every ring and PP stage; TP={self.ranks.tensor_parallel}, "
                 f"PP={self.ranks.pipeline_parallel}) but CPGroupCache(capacity="
                 f"{self.capacity}); raise capacity to at least {len(pins)} or leave it None"
             )

@@ -13,7 +13,8 @@ transformers dispatches every attention layer through its `AttentionInterface` r
 Qwen2.5-VL's language model) on a zigzag THD shard with no change to model code. Like flash
 attention's varlen path, the packed layout arrives as keyword arguments (`cu_seq_lens_q`,
 `max_length_q`, ...) that the model forwards to each attention call; fcp adds the padded
-offsets, the per-sequence causal flags and the ring. The implementation is not in the mask
+offsets, the per-sequence causal flags and the binding (the attention runs `cp_attention`: the
+ring, or the hybrid u x r all-to-all + ring the plan chose). The implementation is not in the mask
 registry, so transformers builds no [T, T] mask (it would be wrong for a shard anyway).
 
 Positions are the micro-batch's own, already rank-local: `mb.position_ids[None]` ([1, T]) for
@@ -29,6 +30,7 @@ import torch
 
 from fcp_data.errors import ConfigError, ExecError
 from fcp_exec.attention import ring_attention
+from fcp_exec.transport import cp_attention
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
@@ -55,13 +57,14 @@ def fcp_ring_attention_forward(
 
     Needs the keyword arguments of `hf_attention_kwargs` (passed to the model's forward).
     """
+    binding = kwargs.get("fcp_binding")
     ring = kwargs.get("fcp_ring")
     cu = kwargs.get("cu_seq_lens_q")
-    if ring is None or cu is None:
+    if (binding is None and ring is None) or cu is None:
         raise ExecError(
             f"attn_implementation {ATTN_IMPLEMENTATION!r} needs the packed layout: call the model "
             "with **fcp_exec.hf.hf_attention_kwargs(micro_batch, binding) inside cp_context "
-            "(no fcp_ring / cu_seq_lens_q keyword arguments arrived)"
+            "(no fcp_binding / cu_seq_lens_q keyword arguments arrived)"
         )
     if query.shape[0] != 1:
         raise ExecError(
@@ -77,11 +80,13 @@ def fcp_ring_attention_forward(
             "fcp ring attention got an attention mask; packed THD rows take none (leave "
             "attention_mask=None: sequences are separated by cu_seq_lens_q)"
         )
-    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [T, H, D]
-    out = ring_attention(
-        q.contiguous(), k.contiguous(), v.contiguous(), cu, kwargs["fcp_cu_seqlens_padded"],
-        ring=ring, causal=kwargs.get("fcp_causal", True), softmax_scale=scaling,
-    )  # fmt: skip
+    q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))  # [T, H, D]
+    cu_p, causal = kwargs["fcp_cu_seqlens_padded"], kwargs.get("fcp_causal", True)
+    if binding is not None:  # the bound transport: ring (u = 1) or hybrid u x r
+        out = cp_attention(q, k, v, cu, cu_p, binding=binding, causal=causal,
+                           softmax_scale=scaling)  # fmt: skip
+    else:  # an explicit ring from older callers (u = 1 by construction)
+        out = ring_attention(q, k, v, cu, cu_p, ring=ring, causal=causal, softmax_scale=scaling)
     return out[None], None
 
 
@@ -100,20 +105,21 @@ def register_attention(name: str = ATTN_IMPLEMENTATION) -> str:
 
 
 def hf_attention_kwargs(mb: Any, binding: Any) -> dict[str, Any]:
-    """Keyword arguments for an HF model's forward: the packed layout and the bound ring.
+    """Keyword arguments for an HF model's forward: the packed layout and the bound transport.
 
-    mb: the MicroBatch; binding: what `cp_context` yielded (its `ring`). cu_seq_lens_* are the
-    unsharded sequences' offsets, as transformers' flash-attention varlen path names them.
+    mb: the MicroBatch; binding: what `cp_context` yielded (`fcp_binding`: the attention runs
+    `cp_attention` on it, ring or hybrid u x r; `fcp_ring` is kept for u = 1 only). cu_seq_lens_*
+    are the unsharded sequences' offsets, as transformers' flash-attention varlen path names them.
     """
     if mb.is_empty:
         raise ExecError(
             "an empty micro-batch has nothing to run; build the loader with the default "
             "Cluster(idle='placeholder') so every replica runs every wave"
         )
-    ring = tuple(binding.ring)
-    if len(ring) != mb.degree:
+    members = tuple(binding.members)
+    if len(members) != mb.degree:
         raise ExecError(
-            f"the bound ring {ring} has {len(ring)} members but the micro-batch runs at "
+            f"the bound group {members} has {len(members)} members but the micro-batch runs at "
             f"degree {mb.degree}; pass the binding of cp_context(mb.rank_plan, ...)"
         )
     cu = mb.cu_seqlens.to(torch.int32)
@@ -124,7 +130,8 @@ def hf_attention_kwargs(mb: Any, binding: Any) -> dict[str, Any]:
         "max_length_k": int(mb.max_seqlen),
         "fcp_cu_seqlens_padded": mb.cu_seqlens_padded.to(torch.int32),
         "fcp_causal": tuple(bool(c) for c in mb.causal),
-        "fcp_ring": ring,
+        "fcp_binding": binding,
+        **({"fcp_ring": members} if binding.ulysses == 1 else {}),
     }
 
 

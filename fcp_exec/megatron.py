@@ -32,6 +32,8 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from fcp_exec.attention import ring_attention
+from fcp_exec.context import FCP_BINDING_ATTR
+from fcp_exec.transport import cp_attention
 
 if TYPE_CHECKING:
     from fcp_data.collate import MicroBatch
@@ -263,8 +265,10 @@ def keep_rotary_on_cpu(model: torch.nn.Module) -> int:
 
 
 class FCPCoreAttention(MegatronModule):
-    """Drop-in `core_attention` for THD packed micro-batches: exact ring attention on the ring
-    that cp_context bound (megatron's CP global ranks); d = 1 runs locally."""
+    """Drop-in `core_attention` for THD packed micro-batches: exact attention through the
+    transport cp_context bound (`fcp_exec.cp_attention`: the ring, or the hybrid u x r, read
+    from parallel_state's `_FCP_CP_BINDING`); d = 1 runs locally. Under TP the heads are the
+    per-TP-rank heads, so u must divide them (checked before any collective)."""
 
     def __init__(
         self,
@@ -320,8 +324,15 @@ class FCPCoreAttention(MegatronModule):
         if cu_padded is None:
             cu_padded = cu
         ring = parallel_state.get_context_parallel_global_ranks()
-        out = ring_attention(
-            query, key, value, cu, cu_padded, ring=ring, causal=causal,
-            softmax_scale=self.softmax_scale,
-        )  # fmt: skip
+        binding = getattr(parallel_state, FCP_BINDING_ATTR, None)
+        if binding is not None and list(binding.members) == list(ring):
+            out = cp_attention(  # what cp_context bound: ring or hybrid u x r
+                query, key, value, cu, cu_padded, binding=binding, causal=causal,
+                softmax_scale=self.softmax_scale,
+            )  # fmt: skip
+        else:  # CP groups set without cp_context: a ring over megatron's CP ranks
+            out = ring_attention(
+                query, key, value, cu, cu_padded, ring=ring, causal=causal,
+                softmax_scale=self.softmax_scale,
+            )  # fmt: skip
         return out.reshape(out.shape[0], -1)

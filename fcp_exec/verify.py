@@ -2,9 +2,10 @@
 
 Plans are made independently on every replica (docs/design.md). Members of a CP group that disagree
 (another seed or index, different sequence lengths with the same total, different causal flags,
-a different ring order) would otherwise exchange K/V and return silently wrong attention, or
-wait on each other until the process-group timeout. `verify_ring` is the cheap check that
-`cp_context` runs by default once per micro-batch: ONE all-gather of a fixed 8 x int64 row
+a different ring order, a different transport u: ring vs u x r all-to-all) would otherwise
+exchange K/V and return silently wrong attention, or wait on each other until the process-group
+timeout. `verify_ring` is the cheap check that
+`cp_context` runs by default once per micro-batch: ONE all-gather of a fixed 9 x int64 row
 (`RingFingerprint`) over the CP group itself, so it synchronises only replicas that the ring
 synchronises anyway (never the world: that would make every wave a global barrier). Every
 member gathers the same rows and takes the same decision, so a mismatch raises
@@ -51,9 +52,9 @@ DEFAULT_VERIFY_TIMEOUT_S = 300.0
 # Order of the int64 row; "version" lets a newer fcp refuse to compare with an older one.
 FINGERPRINT_FIELDS = (
     "version", "plan digest", "wave", "degree", "ring order", "sequence lengths",
-    "causal flags", "total tokens",
+    "causal flags", "total tokens", "transport (ulysses)",
 )  # fmt: skip
-_VERSION = 1
+_VERSION = 2  # 2: the transport u joined the row
 _HASHED = {"plan digest", "ring order", "sequence lengths", "causal flags"}
 
 
@@ -72,7 +73,8 @@ class RingFingerprint:
     """What every member of one ring must agree on for one micro-batch.
 
     seqlens are the real lengths of the unsharded sequences (what cu_seqlens encodes), ring the
-    global ranks in ring order (the zigzag chunk order), digest the plan's structure digest.
+    global ranks in ring order (the zigzag chunk order), digest the plan's structure digest,
+    ulysses the transport (1: ring; u > 1: u x r hybrid, `fcp_exec.ulysses`).
     """
 
     digest: str
@@ -80,6 +82,7 @@ class RingFingerprint:
     ring: tuple[int, ...]
     seqlens: tuple[int, ...]
     causal: tuple[bool, ...]
+    ulysses: int = 1
 
     @classmethod
     def from_rank_plan(cls, rank_plan: RankPlan, ring: Sequence[int]) -> RingFingerprint:
@@ -89,6 +92,7 @@ class RingFingerprint:
             ring=tuple(int(r) for r in ring),
             seqlens=tuple(int(s) for s in rank_plan.seqlens),
             causal=tuple(bool(c) for c in rank_plan.causal),
+            ulysses=int(getattr(rank_plan, "ulysses", 1)),
         )
 
     @classmethod
@@ -100,12 +104,13 @@ class RingFingerprint:
         *,
         digest: str = "",
         wave: int = 0,
+        ulysses: int = 1,
     ) -> RingFingerprint:
         """The fingerprint of ring_attention's actual inputs (for callers without a plan)."""
         raw = cu_seqlens.tolist() if isinstance(cu_seqlens, torch.Tensor) else cu_seqlens
         lens = tuple(int(b) - int(a) for a, b in itertools.pairwise(raw))
         flags = (bool(causal),) * len(lens) if isinstance(causal, bool) else tuple(causal)
-        return cls(digest, int(wave), tuple(int(r) for r in ring), lens, flags)
+        return cls(digest, int(wave), tuple(int(r) for r in ring), lens, flags, int(ulysses))
 
     def row(self) -> list[int]:
         """The int64 row the members all-gather, in FINGERPRINT_FIELDS order."""
@@ -118,6 +123,7 @@ class RingFingerprint:
             _hash64(self.seqlens),
             _hash64(self.causal),
             sum(self.seqlens),
+            self.ulysses,
         ]
 
     def describe(self) -> str:
@@ -126,7 +132,7 @@ class RingFingerprint:
         flags = "".join("c" if c else "f" for c in self.causal[:16])
         return (
             f"wave {self.wave}, ring {self.ring}, seqlens ({lens}), causal {flags or '-'} "
-            f"(c causal, f full), digest {self.digest[:12] or '-'}"
+            f"(c causal, f full), transport u={self.ulysses}, digest {self.digest[:12] or '-'}"
         )
 
 

@@ -9,12 +9,17 @@ moves embeddings: a unit cut by a chunk edge is encoded whole by each owner and 
 its own tokens, so every token is written once and the encoder's weight gradients are exact
 after the normal all-replica gradient sum (`fcp_exec.grads`).
 
-Bad input (pixel rows that do not match the grid, a scatter map whose length differs from the
-encoder output, a tower returning the wrong hidden size) raises `ExecError` naming the sample
-key. A member that finds it cannot stop alone: its peers would wait in ring attention, so with
-`group` given (the CP group `cp_context` bound, d > 1) the members first agree on success with
-one all-gather of one int64 over that group and all raise, naming the failing member's key.
-A replica with no vision tokens calls no tower and, at d = 1, no collective at all.
+Bad input raises `VisionScatterError` naming the sample key: embeddings whose length is not
+the micro-batch's, pixel rows that do not match the grid, a scatter map whose length differs
+from the encoder output, that holds a value below -1, repeats a position, points past the
+tokens, or targets a token that is not a vision pad (the rows of one kind must all land on one
+token id, and every token of that id must be filled: a map shifted by one or aimed at text would
+otherwise overwrite a text embedding silently), a tower that raises or returns the wrong type,
+shape or hidden size. A member that finds it cannot stop alone: its peers would wait in ring
+attention, so with `group` given (the CP group `cp_context` bound, d > 1) every one of these
+checks, the tower call included, ends in one all-gather of one int64 over that group and all
+members raise the same error, naming the failing member's rank and key. A replica with no
+vision tokens calls no tower and, at d = 1, no collective at all.
 """
 
 from __future__ import annotations
@@ -62,6 +67,14 @@ def _keys_text(keys: list[str]) -> str:
     return ", ".join(uniq[:4]) + (", ..." if len(uniq) > 4 else "") if uniq else "-"
 
 
+def _safe_keys(mb: Any) -> str:
+    """The run keys for an error message, even from a payload too malformed to index."""
+    try:
+        return _keys_text(run_keys(mb))
+    except (RuntimeError, IndexError, TypeError, ValueError, AttributeError):
+        return _keys_text([str(k) for k in getattr(mb, "keys", ())])
+
+
 def _check_payload(mb: Any, merge_unit: int) -> _Check:
     px, grid, scatter = mb.pixel_values, mb.grid_thw, mb.vision_scatter
     if grid is None or px is None or scatter is None:
@@ -88,6 +101,13 @@ def _check_payload(mb: Any, merge_unit: int) -> _Check:
             f"gives sum(t*h*w/{merge_unit}) = {int(merged.sum())} merged rows; the scatter map "
             "and the grid must come from the same payload",
         )
+    if scatter.numel() and int(scatter.min()) < -1:
+        at = int((scatter < -1).nonzero()[0])
+        return _Check(
+            False,
+            f"sample {_run_key(keys, merged, at)}: vision_scatter[{at}] = {int(scatter[at])}; "
+            "entries are a local token position or -1 (dropped)",
+        )
     kept = scatter[scatter >= 0]
     if kept.numel() and (int(kept.max()) >= mb.tokens.numel()):
         return _Check(
@@ -95,6 +115,63 @@ def _check_payload(mb: Any, merge_unit: int) -> _Check:
             f"sample {_keys_text(keys)}: vision_scatter points at local position "
             f"{int(kept.max())} but this replica holds {mb.tokens.numel()} tokens",
         )
+    uniq, counts = torch.unique(kept, return_counts=True)
+    if bool((counts > 1).any()):
+        pos = int(uniq[counts > 1][0])
+        at = int((scatter == pos).nonzero()[1])
+        return _Check(
+            False,
+            f"sample {_run_key(keys, merged, at)}: vision_scatter writes local position {pos} "
+            f"{int(counts[counts > 1][0])} times; each vision token takes one encoder row",
+        )
+    return _check_targets(mb, scatter, merged, keys)
+
+
+def _run_key(keys: list[str], merged: torch.Tensor, row: int) -> str:
+    """The key of the run that merged encoder row `row` belongs to."""
+    k = int(torch.searchsorted(merged.cumsum(0), torch.tensor(row), right=True))
+    return keys[k] if k < len(keys) else _keys_text(keys)
+
+
+def _check_targets(mb: Any, scatter: torch.Tensor, merged: torch.Tensor, keys: list[str]) -> _Check:
+    """Rows of one run kind land on one token id (its pad), and every token of it is filled.
+
+    The payload puts exactly the pad tokens (`<|video_pad|>`, `<|image_pad|>`, `<IMG_CONTEXT>`)
+    under the map; a map aimed at text, at a neighbour (shifted by one) or missing a pad is
+    otherwise accepted by index_copy and trains on a wrong embedding.
+    """
+    runs = mb.vision_runs
+    if runs is None or runs.shape[0] != merged.numel():
+        return _Check(True)  # no per-run kinds to check against (hand-built micro-batch)
+    tokens = mb.tokens.reshape(-1)
+    kind_of_row = torch.repeat_interleave(runs[:, 1].to(torch.int64), merged)
+    pad_ids: dict[int, int] = {}
+    for kind in sorted(set(int(k) for k in runs[:, 1].tolist())):
+        rows = (kind_of_row == kind) & (scatter >= 0)
+        if not bool(rows.any()):
+            continue
+        ids, n = torch.unique(tokens[scatter[rows]], return_counts=True)
+        if ids.numel() > 1:  # the pad is the id most present among the tokens (ties: targets)
+            score = [(int((tokens == i).sum()), int(c)) for i, c in zip(ids, n)]
+            pad = int(ids[max(range(len(score)), key=score.__getitem__)])
+            stray = int(scatter[rows][tokens[scatter[rows]] != pad][0])
+            row = int((scatter == stray).nonzero()[0])
+            return _Check(
+                False,
+                f"sample {_run_key(keys, merged, row)}: vision_scatter sends encoder row {row} "
+                f"to local position {stray}, token id {int(tokens[stray])}, but the other rows "
+                f"of its kind fill token id {pad}: it would overwrite a non-vision embedding",
+            )
+        pad_ids[int(ids[0])] = pad_ids.get(int(ids[0]), 0) + int(rows.sum())
+    for pad, filled in pad_ids.items():
+        present = int((tokens == pad).sum())
+        if present != filled:
+            return _Check(
+                False,
+                f"sample {_keys_text(keys)}: this replica holds {present} tokens of vision id "
+                f"{pad} but vision_scatter fills {filled}: the map and the tokens come from "
+                "different payloads",
+            )
     return _Check(True)
 
 
@@ -119,11 +196,14 @@ def _check_output(mb: Any, out: torch.Tensor, hidden: int, merge_unit: int) -> _
     return _Check(True)
 
 
-def _agree(check: _Check, group: dist.ProcessGroup | None) -> None:
-    """Raise on every member of `group` if any member's check failed (one int64 all-gather)."""
+def _agree(
+    check: _Check, group: dist.ProcessGroup | None, cause: BaseException | None = None
+) -> None:
+    """Raise on every member of `group` if any member's check failed (one int64 all-gather);
+    `cause` (this member's own exception, e.g. from the tower) is chained on this member."""
     if group is None or not dist.is_initialized() or dist.get_world_size(group) <= 1:
         if not check.ok:
-            raise VisionScatterError(check.message)
+            raise VisionScatterError(check.message) from cause
         return
     from fcp_exec.verify import _device  # the backend's tensor device (gloo: CPU)
 
@@ -139,7 +219,9 @@ def _agree(check: _Check, group: dist.ProcessGroup | None) -> None:
     dist.all_gather_object(messages, check.message, group=group)
     ranks = dist.get_process_group_ranks(group)
     detail = "; ".join(f"rank {ranks[i]}: {messages[i]}" for i in failed)
-    raise VisionScatterError(f"vision payload check failed on the CP group {ranks}: {detail}")
+    raise VisionScatterError(
+        f"vision payload check failed on the CP group {ranks}: {detail}"
+    ) from cause
 
 
 def _pooled(out: Any) -> torch.Tensor:
@@ -174,19 +256,40 @@ def encode_and_scatter(
     Returns a new tensor (autograd flows to both embeds and the tower); not in place.
     """
     flat = embeds[0] if embeds.dim() == 3 else embeds
+    # every check below can fail on one member only: each ends in the group's agreement
+    check = _Check(True)
     if flat.dim() != 2 or flat.shape[0] != mb.tokens.numel():
-        raise ExecError(
-            f"embeds has shape {tuple(embeds.shape)} but the micro-batch holds "
-            f"{mb.tokens.numel()} tokens; pass [T, hidden] or [1, T, hidden]"
+        check = _Check(
+            False,
+            f"sample {_keys_text(run_keys(mb))}: embeds has shape {tuple(embeds.shape)} but the "
+            f"micro-batch holds {mb.tokens.numel()} tokens; pass [T, hidden] or [1, T, hidden]",
         )
-    check = _check_payload(mb, merge_unit)
+    cause: BaseException | None = None
+    if check.ok:
+        try:
+            check = _check_payload(mb, merge_unit)
+        except (RuntimeError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            check = _Check(False, f"sample {_safe_keys(mb)}: malformed vision payload ({exc!r})")
+            cause = exc
     has_vision = check.ok and mb.vision_scatter.numel() > 0
     out: torch.Tensor | None = None
     if has_vision:
-        px = mb.pixel_values.to(device=flat.device)
-        out = _pooled(tower(px, grid_thw=mb.grid_thw.to(flat.device)))
-        check = _check_output(mb, out, flat.shape[1], merge_unit)
-    _agree(check, group)
+        try:
+            px = mb.pixel_values.to(device=flat.device)
+            out = _pooled(tower(px, grid_thw=mb.grid_thw.to(flat.device)))
+        except Exception as exc:  # any tower failure (OOM too) must reach the agreement
+            check, cause, out = (
+                _Check(
+                    False,
+                    f"sample {_keys_text(run_keys(mb))}: the vision tower raised "
+                    f"{type(exc).__name__}: {exc}",
+                ),
+                exc,
+                None,
+            )
+        else:
+            check = _check_output(mb, out, flat.shape[1], merge_unit)
+    _agree(check, group, cause)
     if out is None:
         return embeds
     scatter = mb.vision_scatter.to(flat.device)

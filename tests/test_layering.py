@@ -23,6 +23,9 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     "fcp_data.planner.baselines": ("megatron",),
     # a tokenizer directory without tokenizer.json is loaded with transformers' AutoTokenizer
     "fcp_data.readers.text": ("transformers",),
+    # the default M-RoPE positions follow what the installed transformers' get_rope_index
+    # computes, found by running it once on a tiny weightless model
+    "fcp_data.vision.rope_check": ("transformers",),
 }
 
 

@@ -7,6 +7,9 @@ fcp's `ring_attention` forward + backward, and compares its shard of out, dq, dk
 same shard of a float64 dense per-sequence reference computed from the identically rounded
 inputs. Errors are max |got - ref| and that over max |ref| (a norm-wise relative error), reduced
 with MAX over the ring. Tolerances (relative): fp32 1e-4, bf16 2.5e-2 (bf16 keeps 8 bits).
+Cases with `ulysses` u > 1 run the head-parallel transports of `fcp_exec.ulysses` on the same
+shards (u = d: all-to-all; 1 < u < d: hybrid u x r), on mixed packs, MHA and GQA (with K/V
+replication when u exceeds the K/V heads).
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from typing import Any
 import torch
 
 from fcp_exec import ring_attention
+from fcp_exec.a2a import A2AComm
+from fcp_exec.kernels import select_kernel
 from fcp_exec.layout import local_token_index
 from fcp_exec.ring import RingComm
+from fcp_exec.ulysses import hybrid_attention
 
-__all__ = ["TOLERANCE", "Case", "make_cases", "reference", "run_case", "summarise"]
+__all__ = ["TOLERANCE", "Case", "a2a_blocks", "make_cases", "reference", "run_case", "summarise"]
 
 TOLERANCE = {"float32": 1e-4, "bfloat16": 2.5e-2}
 FIELDS = ("out", "dq", "dk", "dv")
@@ -37,6 +43,7 @@ class Case:
     heads: int
     head_dim: int
     seed: int
+    ulysses: int = 1  # the transport: 1 ring, d all-to-all, else hybrid u x (d / u)
 
     @property
     def kv_heads(self) -> int:
@@ -64,7 +71,23 @@ def make_cases(degrees: list[int], *, tiny: bool) -> list[Case]:
                 out.append(Case(degree=d, dtype=dtype, mode=mode, gqa=gqa,
                                 seqlens=(1, 2 * d + 1, *long), heads=heads, head_dim=dim,
                                 seed=len(out)))  # fmt: skip
+        for u in (x for x in range(2, d + 1) if d % x == 0 and heads % x == 0):
+            for dtype in ("float32", "bfloat16"):  # mixed packs: causal and full side by side
+                out.append(Case(degree=d, dtype=dtype, mode="mixed", gqa=dtype == "float32",
+                                seqlens=(1, 2 * d + 1, *long), heads=heads, head_dim=dim,
+                                seed=len(out), ulysses=u))  # fmt: skip
     return out
+
+
+def a2a_blocks(cases: list[Case]) -> list[tuple[int, ...]]:
+    """Every all-to-all block the hybrid cases need (rings are range(d)), in a fixed order:
+    each rank creates their process groups, the same calls in the same order."""
+    blocks: dict[tuple[int, ...], None] = {}
+    for c in cases:
+        if c.ulysses > 1:
+            for j in range(0, c.degree, c.ulysses):
+                blocks[tuple(range(j, j + c.ulysses))] = None
+    return list(blocks)
 
 
 def _padded(case: Case) -> list[int]:
@@ -106,13 +129,23 @@ def reference(case: Case, x: dict[str, Any], scale: float) -> dict[str, torch.Te
     return {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
-def run_case(case: Case, comm: RingComm, device: torch.device) -> torch.Tensor:
-    """[abs errors (4), max |ref| (4)] of this member's shard, as float64 on `device`."""
+def run_case(
+    case: Case, comm: RingComm, device: torch.device, a2a: A2AComm | None = None
+) -> torch.Tensor:
+    """[abs errors (4), max |ref| (4)] of this member's shard, as float64 on `device`.
+
+    comm: the ring (for u > 1 the r-ring of this member's block position); a2a: the block."""
     x = _inputs(case, device)
-    idx = local_token_index(x["cu_padded"], case.degree, comm.index).to(device)
+    pos = comm.index if a2a is None else comm.index * a2a.size + a2a.index
+    idx = local_token_index(x["cu_padded"], case.degree, pos).to(device)
     q, k, v = (x[n][idx].clone().requires_grad_() for n in ("q", "k", "v"))
-    out = ring_attention(q, k, v, x["cu"], x["cu_padded"], ring=comm,
-                         causal=case.causal_flags())  # fmt: skip
+    if a2a is None:
+        out = ring_attention(q, k, v, x["cu"], x["cu_padded"], ring=comm,
+                             causal=case.causal_flags())  # fmt: skip
+    else:
+        out = hybrid_attention(q, k, v, x["cu"], x["cu_padded"], a2a=a2a, ring=comm,
+                               causal=case.causal_flags(), scale=1.0 / math.sqrt(case.head_dim),
+                               kernel=select_kernel(device))  # fmt: skip
     out.backward(x["do"][idx])
     ref = reference(case, x, 1.0 / math.sqrt(case.head_dim))
     got = {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
@@ -131,7 +164,7 @@ def summarise(case: Case, reduced: list[float], kernel: str) -> dict[str, Any]:
     row: dict[str, Any] = {
         "degree": case.degree, "dtype": case.dtype, "mode": case.mode, "gqa": case.gqa,
         "seqlens": list(case.seqlens), "heads": case.heads, "kv_heads": case.kv_heads,
-        "head_dim": case.head_dim, "kernel": kernel,
+        "head_dim": case.head_dim, "kernel": kernel, "ulysses": case.ulysses,
     }  # fmt: skip
     worst = 0.0
     for i, name in enumerate(FIELDS):

@@ -19,12 +19,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fcp_exec.a2a import A2AComm
 from fcp_exec.kernels import select_kernel
 from fcp_exec.launch import run_group
 from fcp_exec.ring import RingComm
 
 from .comm import StagedRingComm
-from .exactness import Case, run_case, summarise
+from .exactness import Case, a2a_blocks, run_case, summarise
 from .overlap import measure_overlap, pingpong
 
 __all__ = ["run_ring_job"]
@@ -60,8 +61,12 @@ def _kernel_label(device: torch.device, dtype: str) -> str:
 def _cases(rank: int, cfg: dict[str, Any], device: torch.device, comm_dev: torch.device) -> list:
     rows: list[dict[str, Any]] = []
     longest, broken = 0.0, ""
-    for spec in cfg["cases"]:
-        case = Case(**spec)
+    cases = [Case(**spec) for spec in cfg["cases"]]
+    # all-to-all blocks of the u > 1 cases: collective creation, every rank, same order; on
+    # a host-staged run the blocks are gloo groups (A2AComm stages device tensors)
+    gloo = "gloo" if cfg["staged"] or cfg["stage_bf16"] else None
+    blocks = {b: dist.new_group(list(b), backend=gloo) for b in a2a_blocks(cases)}
+    for spec, case in zip(cfg["cases"], cases):
         now = time.time()
         if not _go(not broken and now + 2 * longest < cfg["deadline"], comm_dev):
             why = f"an earlier case failed ({broken})" if broken else "time budget spent"
@@ -74,8 +79,13 @@ def _cases(rank: int, cfg: dict[str, Any], device: torch.device, comm_dev: torch
         staged = cfg["staged"] or (cfg["stage_bf16"] and case.dtype == "bfloat16")
         if rank in ring:
             try:
-                comm = StagedRingComm(ring) if staged else RingComm(ring)
-                vec = run_case(case, comm, device).to(comm_dev)
+                u = case.ulysses
+                j, m = divmod(rank, u)
+                block = tuple(range(j * u, (j + 1) * u))
+                members = ring[m::u]  # the r-ring of block position m
+                comm = StagedRingComm(members) if staged else RingComm(members)
+                a2a = A2AComm(block, blocks[block]) if u > 1 else None
+                vec = run_case(case, comm, device, a2a).to(comm_dev)
             except Exception as exc:  # recorded in the JSON, not swallowed
                 traceback.print_exc()
                 err = f"rank {rank}: {type(exc).__name__}: {exc}"

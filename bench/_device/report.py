@@ -11,18 +11,18 @@ __all__ = ["print_table"]
 def _exactness(r: dict[str, Any]) -> list[str]:
     lines = [f"  transport: {r['transport']}; {r['checked']}/{r['of']} cases, "
              f"all within tolerance: {r['all_pass']}"]  # fmt: skip
-    worst: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0] * 4)
+    worst: dict[tuple[int, int, str], list[float]] = defaultdict(lambda: [0.0] * 4)
     for c in r["cases"]:
         if c.get("status") != "ok":
             continue
-        w = worst[(c["degree"], c["dtype"])]
+        w = worst[(c["degree"], c.get("ulysses", 1), c["dtype"])]
         for i, f in enumerate(("out", "dq", "dk", "dv")):
             w[i] = max(w[i], c[f"{f}_rel"])
     lines.append(
-        f"  {'d':>2} {'dtype':<9} {'out rel':>9} {'dq rel':>9} {'dk rel':>9} {'dv rel':>9}"
+        f"  {'d':>2} {'u':>2} {'dtype':<9} {'out rel':>9} {'dq rel':>9} {'dk rel':>9} {'dv rel':>9}"
     )
-    for (d, dt), w in sorted(worst.items()):
-        lines.append(f"  {d:>2} {dt:<9} " + " ".join(f"{x:>9.2e}" for x in w))
+    for (d, u, dt), w in sorted(worst.items()):
+        lines.append(f"  {d:>2} {u:>2} {dt:<9} " + " ".join(f"{x:>9.2e}" for x in w))
     return lines
 
 

@@ -104,6 +104,10 @@ class MicroBatch:
     global_num_loss_tokens: int
     wave_groups: tuple[tuple[int, ...], ...] = ()
     """Replicas of every CP group of this wave (what fcp_exec.cp_context prepares)."""
+    wave_ulysses: tuple[int, ...] = ()
+    """The transport (u) of each of `wave_groups`, empty when every group is a ring: pass it
+    with them (`cp_context(..., wave_groups=mb.wave_groups, wave_ulysses=mb.wave_ulysses)`)
+    so the cache also creates the all-to-all blocks of head-parallel groups."""
     epoch: int = 0
     batch_index: int = 0
     vision: tuple[VisionInput, ...] = ()

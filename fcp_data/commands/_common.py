@@ -42,6 +42,7 @@ from ..planner.memory import (
     derive_tokens_per_replica,
     replicas_per_node,
 )
+from ._args import MAX_BATCH, MAX_REPLICAS, MAX_TOKENS_PER_REPLICA, float_in, int_in
 
 __all__ = [
     "add_problem_args",
@@ -73,27 +74,38 @@ def add_problem_args(p: argparse.ArgumentParser, *, saved_plan: bool = False) ->
     b = p.add_argument_group("the global batch")
     b.add_argument(
         "--batch",
-        type=int,
+        type=int_in(1, MAX_BATCH, why="sequences; larger batches exhaust the planner's memory"),
         default=512,
-        help="sequences per global batch (--distribution, --index, --shards; default 512)",
+        help="sequences per global batch (--distribution, --index, --shards; default 512, at "
+        f"most {MAX_BATCH:,})",
     )
     b.add_argument(
         "--batch-index",
-        type=int,
+        type=int_in(0),
         default=0,
         help="which global batch of epoch 0 to take from --index/--shards (default 0)",
     )
-    b.add_argument("--seed", type=int, default=0, help="seed of lengths / sampler (default 0)")
+    b.add_argument(
+        "--seed",
+        type=int_in(0, 2**63 - 1),
+        default=0,
+        help="seed of lengths / sampler (default 0)",
+    )
     cl = p.add_argument_group("cluster and cost")
     cl.add_argument(
-        "--replicas", type=int, default=64, help="N, model replicas in the DP×CP domain (64)"
+        "--replicas",
+        type=int_in(1, MAX_REPLICAS, why="planning more replicas takes minutes and GBs"),
+        default=64,
+        help=f"N, model replicas in the DP×CP domain (64; at most {MAX_REPLICAS:,})",
     )
     cl.add_argument(
-        "--replicas-per-node", type=int, help="replicas per node (default: the hardware's)"
+        "--replicas-per-node",
+        type=int_in(1, MAX_REPLICAS),
+        help="replicas per node (default: the hardware's)",
     )
     cl.add_argument(
         "--tokens-per-replica",
-        type=int,
+        type=int_in(0, MAX_TOKENS_PER_REPLICA),
         default=None,
         help="tokens one replica holds; default (or 0): derived from --hardware memory, --model "
         "and the layout flags below (docs/memory.md)",
@@ -117,12 +129,25 @@ def add_problem_args(p: argparse.ArgumentParser, *, saved_plan: bool = False) ->
     cl.add_argument(
         "--full-attention", action="store_true", help="plan every sequence as bidirectional (eta)"
     )
+    cl.add_argument(
+        "--head-parallel",
+        action="store_true",
+        help="also price the head-parallel hybrid u x r (all-to-all over u members, ring over "
+        "the rest) for every u the --model's heads allow per TP rank, chosen per CP group; "
+        "train with fcp_exec.cp_attention",
+    )
     lay = p.add_argument_group("replica layout (docs/memory.md)")
     lay.add_argument(
-        "--tp", type=int, default=1, help="tensor-parallel devices per replica (default 1)"
+        "--tp",
+        type=int_in(1, 1024),
+        default=1,
+        help="tensor-parallel devices per replica (default 1)",
     )
     lay.add_argument(
-        "--pp", type=int, default=1, help="pipeline-parallel stages per replica (default 1)"
+        "--pp",
+        type=int_in(1, 1024),
+        default=1,
+        help="pipeline-parallel stages per replica (default 1)",
     )
     lay.add_argument(
         "--sequence-parallel",
@@ -145,7 +170,7 @@ def add_problem_args(p: argparse.ArgumentParser, *, saved_plan: bool = False) ->
     )
     lay.add_argument(
         "--devices-per-node",
-        type=int,
+        type=int_in(1, 1024),
         help="devices per node (default: the hardware's); replicas per node = this // (TP x PP)",
     )
     lay.add_argument(
@@ -163,7 +188,7 @@ def add_problem_args(p: argparse.ArgumentParser, *, saved_plan: bool = False) ->
     )
     lay.add_argument(
         "--memory-reserve",
-        type=float,
+        type=float_in(0.0, 1e15, why="a fraction < 1 or bytes"),
         default=DEFAULT_RESERVE,
         help="device memory kept back: a fraction < 1 (default 0.1) or bytes (8e9)",
     )
@@ -213,7 +238,22 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
     if args.cost is not None:
         from ..profiling.shipped import resolve_cost
 
-        return CostModel.load(resolve_cost(args.cost))
+        cost = CostModel.load(resolve_cost(args.cost))
+        if getattr(args, "head_parallel", False) and not cost.head_parallel:
+            from dataclasses import replace
+
+            from ..planner.presets import head_parallel_terms, model_spec
+
+            # a profile measures one replica, not its heads: those come from --model
+            cost = replace(
+                cost,
+                **head_parallel_terms(
+                    model_spec(args.model),
+                    tensor_parallel=_layout_int(args, "tp"),
+                    pipeline_parallel=_layout_int(args, "pp"),
+                ),
+            )
+        return cost
     for flag, value, table in (
         ("--model", args.model, MODELS),
         ("--hardware", args.hardware, DEVICES),
@@ -227,6 +267,7 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
         args.hardware,
         tensor_parallel=_layout_int(args, "tp"),
         pipeline_parallel=_layout_int(args, "pp"),
+        head_parallel=bool(getattr(args, "head_parallel", False)),
     )
 
 

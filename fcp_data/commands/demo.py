@@ -36,6 +36,7 @@ from pathlib import Path
 from ..errors import ConfigError, ExecError, MissingDependencyError
 from ..planner import Cluster, CostModel, generate_lengths
 from ..planner.compare import DEFAULT_STRATEGIES, StrategyResult, compare_strategies
+from ._args import int_in
 
 __all__ = ["WHEN_EQUAL", "register", "run"]
 
@@ -54,7 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of batches and shards (default 0)")
+    p.add_argument(
+        "--seed",
+        type=int_in(0, 2**31 - 1),
+        default=0,
+        help="seed of batches and shards (default 0)",
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -75,11 +81,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--replicas",
-        type=int,
+        type=int_in(1, 64, why="one gloo training process each, on this host"),
         help="training processes, one replica each (default: CPU cores, at most 4; more "
         "processes than cores make ring partners wait for each other's turn on a core)",
     )
-    p.add_argument("--steps", type=int, default=3, help="training steps per strategy (default 3)")
+    p.add_argument(
+        "--steps",
+        type=int_in(1, 1000),
+        default=3,
+        help="training steps per strategy (default 3)",
+    )
     p.add_argument(
         "--cost",
         metavar="NAME|FILE",

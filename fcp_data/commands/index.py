@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ._args import int_in, non_empty, seconds
+
 __all__ = ["register", "run"]
 
 
@@ -40,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(needs `tokenizers`; transformers for a directory without tokenizer.json), "
         "py:module:callable, or bytes:R (an estimate: R utf-8 bytes per token; default bytes:4)",
     )
-    p.add_argument("--text-field", default="text", help="text field of .json samples")
+    p.add_argument(
+        "--text-field", type=non_empty, default="text", help="text field of .json samples"
+    )
     p.add_argument(
         "--video-attention",
         choices=["causal", "full"],
@@ -55,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-consecutive-failures",
-        type=int,
+        type=int_in(1),
         default=100,
         help="raise after this many bad samples in a row (default 100)",
     )
@@ -67,18 +71,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--probe-timeout",
-        type=float,
+        type=seconds(),
         default=20.0,
         help="seconds before a video probe is abandoned (default 20)",
     )
     p.add_argument(
         "--stream-timeout",
-        type=float,
+        type=seconds(),
         default=60.0,
         help="seconds a pipe: command or FIFO may produce nothing before its shard is "
         "abandoned and counted (default 60)",
     )
-    p.add_argument("--workers", type=int, default=1, help="scanning processes (default 1)")
+    p.add_argument(
+        "--stream-max-bytes",
+        type=int_in(1 << 20, 1 << 50),
+        default=16 << 30,
+        help="bytes one pipe: command or FIFO may produce before its shard is abandoned and "
+        "counted (its members are held in memory; default 16 GiB)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int_in(1, 256, why="processes; each holds a tokenizer and a probe child"),
+        default=1,
+        help="scanning processes (default 1, at most 256)",
+    )
     p.add_argument(
         "--store-tokens",
         action="store_true",
@@ -120,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         probe_backend=args.probe_backend,
         probe_timeout_s=args.probe_timeout,
         stream_timeout_s=args.stream_timeout,
+        stream_max_bytes=args.stream_max_bytes,
         on_error=args.on_error,
         max_consecutive_failures=args.max_consecutive_failures,
     )

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
 from pathlib import Path
+
+from ._args import float_in, int_in
 
 __all__ = ["register", "run"]
 
@@ -20,15 +25,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
-    p.add_argument("--text", type=int, default=0, help="number of text samples")
-    p.add_argument("--video", type=int, default=0, help="number of video samples")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument(
-        "--samples-per-shard", type=int, default=64, help="samples per tar shard (default 64)"
+        "--text", type=int_in(0, 10**7), default=0, help="number of text samples (<= 10M)"
+    )
+    p.add_argument(
+        "--video",
+        type=int_in(0, 10**5, why="each clip is encoded with PyAV"),
+        default=0,
+        help="number of video samples (<= 100,000)",
+    )
+    p.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--samples-per-shard",
+        type=int_in(1, 10**6),
+        default=64,
+        help="samples per tar shard (default 64)",
     )
     p.add_argument(
         "--time-scale",
-        type=float,
+        type=float_in(0.0, 100.0, low_open=True, why="scale on clip durations"),
         default=0.2,
         help="scale on the video duration profile (default 0.2 keeps clips short)",
     )
@@ -40,13 +55,28 @@ def run(args: argparse.Namespace) -> int:
 
     from fcp_data.readers.synth import make_shards
 
-    paths = make_shards(
-        args.output,
-        text=args.text,
-        video=args.video,
-        seed=args.seed,
-        samples_per_shard=args.samples_per_shard,
-        time_scale=args.time_scale,
-    )
+    out: Path = args.output
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"-o {out} exists and is not a directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # shards are written beside the output and moved in only when all of them are complete, so
+    # a failure (PyAV missing for the videos, a full disk, Ctrl-C) leaves no partial shard set
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        written = make_shards(
+            tmp,
+            text=args.text,
+            video=args.video,
+            seed=args.seed,
+            samples_per_shard=args.samples_per_shard,
+            time_scale=args.time_scale,
+        )
+        out.mkdir(exist_ok=True)
+        paths = []
+        for path in written:
+            os.replace(path, out / path.name)
+            paths.append(out / path.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     Console().print(f"wrote {len(paths)} shards to {args.output}", soft_wrap=True)
     return 0

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..planner import STRATEGIES, plan_global_batch
+from ._args import int_in
 from ._common import (
     add_problem_args,
     batch_from_args,
@@ -16,6 +17,7 @@ from ._common import (
     cost_from_args,
     print_budget,
 )
+from ._output import write_atomic
 
 __all__ = ["register"]
 
@@ -42,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also write the Plan JSON here (`fcp view --plan` reads it)",
     )
     p.add_argument(
-        "--max-rows", type=int, default=40, help="groups shown in the table (default 40)"
+        "--max-rows", type=int_in(0), default=40, help="groups shown in the table (default 40)"
     )
     p.set_defaults(func=run)
 
@@ -57,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_global_batch(lens, cluster, cost, strategy=args.strategy, causal=causal)
     ms = (time.perf_counter() - t0) * 1e3
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_bytes(plan.to_json())
+        write_atomic(args.output, plan.to_json())
         print(f"wrote {args.output}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         sys.stdout.write(plan.to_json().decode() + "\n")

@@ -19,6 +19,7 @@ from ._common import (
     cost_from_args,
     print_budget,
 )
+from ._output import write_atomic
 
 __all__ = ["register", "run"]
 
@@ -26,7 +27,8 @@ __all__ = ["register", "run"]
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
-        help="compare fcp with static CP, pow2 and megatron-core hybrid CP on one batch",
+        help="compare fcp with static CP, pow2, megatron-core hybrid CP and Megatron-LM dev's "
+        "dynamic CP on one batch",
         description="Plan the same global batch with several strategies and score every plan "
         "with the same cost model: makespan, ratio to the lower bound, speedup over static CP, "
         "utilisation, degree mix and planning time.",
@@ -65,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
         for r in results
     ]
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(rows, indent=1, default=float) + "\n")
+        write_atomic(args.output, (json.dumps(rows, indent=1, default=float) + "\n").encode())
     if args.json:
         json.dump(rows, sys.stdout, indent=1, default=float)
         sys.stdout.write("\n")

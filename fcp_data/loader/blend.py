@@ -28,10 +28,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, IndexMismatchError
+from ..readers.index_format import IndexHeader, index_fingerprint
 from ..readers.sample_source import SAMPLE_COLUMNS
 from .source import open_source
 
-__all__ = ["Blend", "BlendSampler"]
+MAX_CURSOR_BATCHES = 2_000_000  # batches drawn to reach an epoch's start (BlendSampler.max_epoch)
+
+__all__ = ["Blend", "BlendSampler", "read_fields_for"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -74,11 +77,27 @@ class BlendSampler:
             base[pick] += 1
         return base
 
+    @property
+    def max_epoch(self) -> int:
+        """The last epoch this sampler reaches in reasonable time.
+
+        Epoch e starts where epochs 0..e-1 left each source, so reaching it draws the source
+        counts of e x num_batches batches (~20 us each): capped at MAX_CURSOR_BATCHES (~1 min).
+        A resume state or set_epoch past it is refused instead of hanging before batch one.
+        """
+        return max(1, MAX_CURSOR_BATCHES // self.num_batches())
+
     def _epoch_counts(self, epoch: int) -> np.ndarray:
         return np.stack([self.counts(epoch, b) for b in range(self.num_batches())])
 
     def _cursor(self, epoch: int) -> np.ndarray:
         """Samples each source gave in all epochs before `epoch` (cached per epoch)."""
+        ok = isinstance(epoch, (int, np.integer)) and not isinstance(epoch, bool)
+        if not ok or not 0 <= epoch <= self.max_epoch:
+            raise ConfigError(
+                f"epoch={epoch!r} must be an integer in [0, {self.max_epoch}] for this blend "
+                f"({self.num_batches()} batches an epoch; MAX_CURSOR_BATCHES={MAX_CURSOR_BATCHES})"
+            )
         if epoch not in self._cursors:
             e0 = max((e for e in self._cursors if e < epoch), default=0)
             start = self._cursors.get(e0, np.zeros(len(self.sizes), dtype=np.int64))
@@ -158,7 +177,17 @@ class _BlendStore:
 
 
 class Blend:
-    """Several sources as one, mixed by weight (see the module docstring)."""
+    """Several sources as one, mixed by weight (see the module docstring).
+
+    Refused at construction (ConfigError / IndexMismatchError naming the source and the
+    setting): weights that are not finite numbers >= 0 with a positive sum, a source with 0
+    samples and a positive weight (it could never fill its quota), the same index twice (its
+    weight would silently double), names that are missing, repeated or too few, sources counted
+    with other tokenizers, and media sources indexed with other vision rules or rule settings
+    (the loader builds every media sample with one rule: a qwen3-vl source in a qwen2.5-vl
+    blend would get the wrong template and pixels). Text and caption fields may differ: each
+    source is read with the fields it was indexed with (`read_fields`).
+    """
 
     def __init__(
         self,
@@ -173,29 +202,92 @@ class Blend:
                 f"a blend needs one weight per source: {len(sources)} sources, "
                 f"{len(weights)} weights"
             )
-        w = np.asarray(weights, dtype=np.float64)
-        if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-            raise ConfigError(f"blend weights {list(weights)} must be >= 0 with a positive sum")
-        self.weights = tuple(float(x) for x in w / w.sum())
+        if names is not None and len(names) != len(sources):
+            raise ConfigError(
+                f"a blend needs one name per source: {len(sources)} sources, names {list(names)}"
+            )
         self.names = (
-            tuple(names) if names is not None else tuple(f"source{k}" for k in range(len(sources)))
+            tuple(str(n) for n in names)
+            if names is not None
+            else tuple(f"source{k}" for k in range(len(sources)))
         )
+        dup = sorted({n for n in self.names if self.names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"blend source names {dup} repeat: names must be unique")
+        w = _check_weights(weights, self.names)
+        if batches_per_epoch is not None and (
+            isinstance(batches_per_epoch, bool)
+            or not isinstance(batches_per_epoch, (int, np.integer))
+            or batches_per_epoch < 1
+        ):
+            raise ConfigError(f"batches_per_epoch={batches_per_epoch!r} must be an integer >= 1")
+        self.weights = tuple(float(x) for x in w / w.sum())
         self.batches_per_epoch = batches_per_epoch
         self.sources = [open_source(s) for s in sources]
-        specs = {s.header.tokenizer for s in self.sources}
-        if len(specs) > 1:
-            raise IndexMismatchError(
-                f"blended sources were counted with different tokenizers {sorted(specs)}; "
-                "index them all with the tokenizer the loader uses"
-            )
+        self._check_sources()
         self.sizes = tuple(len(s.seqlens) for s in self.sources)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
         self.keys = np.concatenate([np.asarray(s.keys).astype(str) for s in self.sources])
         for name in SAMPLE_COLUMNS:
             cols = [np.asarray(getattr(s, name)) for s in self.sources]
             setattr(self, name, np.concatenate(cols))
-        self.header = self.sources[0].header  # one tokenizer for all (checked above)
+        # the loader takes the vision rule from the header: a media source's (all agree)
+        media = [k for k, s in enumerate(self.sources) if _has_media(s)]
+        self.header = self.sources[media[0] if media else 0].header
         self.skipped = [s for src in self.sources for s in src.skipped]
+        self._fields = tuple(_fields(s) for s in self.sources)
+
+    def _label(self, k: int) -> str:
+        path = getattr(self.sources[k], "path", None)
+        return f"{self.names[k]!r}" + (f" ({path})" if path is not None else "")
+
+    def _check_sources(self) -> None:
+        """Empty sources with weight, repeated sources, tokenizers and vision rules."""
+        for k, src in enumerate(self.sources):
+            if len(src.seqlens) == 0 and self.weights[k] > 0:
+                lost = len(getattr(src, "skipped", ()))
+                raise ConfigError(
+                    f"blend source {self._label(k)} has 0 samples ({lost} left out at index "
+                    f"time) but weight {self.weights[k]:.3g}: it could never fill its share "
+                    "of a batch; fix or drop the source, or give it weight 0"
+                )
+        seen: dict[Any, int] = {}
+        for k, src in enumerate(self.sources):
+            ident = _identity(src)
+            if ident in seen:
+                raise ConfigError(
+                    f"blend sources {self._label(seen[ident])} and {self._label(k)} are the same "
+                    "data: its weight would silently count twice; pass it once with the summed "
+                    "weight"
+                )
+            seen[ident] = k
+        specs = {s.header.tokenizer for s in self.sources}
+        if len(specs) > 1:
+            which = ", ".join(
+                f"{self._label(k)}: {s.header.tokenizer!r}" for k, s in enumerate(self.sources)
+            )
+            raise IndexMismatchError(
+                f"blended sources were counted with different tokenizers {sorted(specs)} "
+                f"({which}); index them all with the tokenizer the loader uses"
+            )
+        media = [k for k, s in enumerate(self.sources) if _has_media(s)]
+        for k in media[1:]:
+            first = media[0]
+            a, b = _rule_settings(self.sources[first]), _rule_settings(self.sources[k])
+            if a != b:
+                diff = sorted(key for key in a.keys() | b.keys() if a.get(key) != b.get(key))
+                shown = ", ".join(f"{key}: {a.get(key)!r} vs {b.get(key)!r}" for key in diff)
+                raise IndexMismatchError(
+                    f"blend source {self._label(k)} was indexed with another vision rule than "
+                    f"{self._label(first)} ({shown}); the loader builds every media sample "
+                    "with one rule (template, pixels, positions): re-index it with the same "
+                    "--vision-rule and overrides, or blend only sources of one rule"
+                )
+
+    def read_fields(self, p: int) -> tuple[str, str]:
+        """(text_field, caption_field) blend position `p`'s source was indexed with."""
+        k = int(self.source_of(np.asarray([p]))[0])
+        return self._fields[k]
 
     def make_sampler(self, **kw: Any) -> BlendSampler:
         """The loader's sampler for this blend (global_batch_size, seed, drop_last, shuffle)."""
@@ -248,3 +340,78 @@ class Blend:
 
 def _rebuild(sources: list[Any], weights: Any, names: Any, batches: int | None) -> Blend:
     return Blend(sources, weights=weights, names=names, batches_per_epoch=batches)
+
+
+def _check_weights(weights: Sequence[Any], names: Sequence[str]) -> np.ndarray:
+    """float64 weights, or ConfigError naming the first bad one (nan, inf, < 0, not a number)."""
+    out = np.empty(len(weights), dtype=np.float64)
+    for k, x in enumerate(weights):
+        ok = isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
+            x, (bool, np.bool_)
+        )
+        if not ok or not np.isfinite(float(x)) or float(x) < 0:
+            raise ConfigError(
+                f"blend weight {x!r} of source {names[k]!r} must be >= 0, finite and a number "
+                f"(weights {list(weights)})"
+            )
+        out[k] = float(x)
+    if out.sum() <= 0:
+        raise ConfigError(f"blend weights {list(weights)} are all 0: they must have a positive sum")
+    return out
+
+
+def _has_media(source: Any) -> bool:
+    return bool(np.any(np.asarray(source.modality) != 0))
+
+
+def _rule_settings(source: Any) -> dict[str, Any]:
+    """What fixes a media sample's tokens: the rule's settings and the scan's overrides."""
+    header = source.header
+    scan = getattr(header, "scan", None)
+    overrides = dict(getattr(scan, "rule_overrides", {}) or {})
+    return {**dict(header.rule), **{f"override {k}": v for k, v in overrides.items()}}
+
+
+def _fields(source: Any, default: tuple[str, str] = ("text", "caption")) -> tuple[str, str]:
+    """The fields `source` was indexed with (its header's scan), else `default`."""
+    scan = getattr(source.header, "scan", None)
+    return (
+        str(getattr(scan, "text_field", default[0])),
+        str(getattr(scan, "caption_field", default[1])),
+    )
+
+
+def _identity(source: Any) -> Any:
+    """What makes two sources the same data: the same shards and counts (an index's
+    fingerprint: a copy of an index at another path is the same data), else the object."""
+    if isinstance(source.header, IndexHeader):
+        return ("index", index_fingerprint(source.header))
+    return ("object", id(source))
+
+
+def read_fields_for(source: Any, text_field: str, caption_field: str) -> tuple[str, str]:
+    """The (text, caption) fields to read `source` with: the ones it was indexed with.
+
+    LoaderOptions' defaults ("text", "caption") give way to the index's record; a field set to
+    something else that differs from what a source was indexed with raises ConfigError naming
+    it (its token counts were taken from the other field: the plan would not fit).
+    """
+    parts = getattr(source, "sources", None)
+    subs = list(parts) if isinstance(parts, list) else [source]
+    names = getattr(source, "names", None) or [f"source{k}" for k in range(len(subs))]
+    given = (text_field, caption_field)
+    for k, sub in enumerate(subs):
+        have = _fields(sub, given)  # a source without a scan record: the options
+        for what, want, default, got in (
+            ("text_field", text_field, "text", have[0]),
+            ("caption_field", caption_field, "caption", have[1]),
+        ):
+            if want != default and want != got:
+                where = f"blend source {names[k]!r}" if parts is not None else "the source"
+                raise ConfigError(
+                    f"LoaderOptions({what}={want!r}) but {where} "
+                    f"{getattr(sub, 'path', '')} was indexed with {what} {got!r}: its token "
+                    f"counts come from {got!r}; leave {what} unset or re-index with --"
+                    f"{what.replace('_', '-')} {want}"
+                )
+    return _fields(subs[0], given)

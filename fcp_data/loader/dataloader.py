@@ -42,7 +42,7 @@ from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch
 from .options import LoaderOptions, check_int
 from .prefetch import planned_batches
-from .resume import resume_point, sampler_settings, source_fingerprint
+from .resume import plan_settings, resume_point, sampler_settings, source_fingerprint
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
 from .time_limit import SampleTimeLimit
@@ -105,7 +105,11 @@ class FCPDataLoader:
             check_strategy(strategy)
         tokenizer = None if tokenizer is None else as_tokenizer(tokenizer)  # ids + spec
         self.source = src = open_source(
-            source, tokenizer=tokenizer, vision_rule=vision_rule, on_error=opts.on_error
+            source,
+            tokenizer=tokenizer,
+            vision_rule=vision_rule,
+            on_error=opts.on_error,
+            fields=(opts.text_field, opts.caption_field),  # a scan counts the loader's fields
         )
         self.source_skipped = source_skipped(src)
         if self.source_skipped:
@@ -119,6 +123,10 @@ class FCPDataLoader:
         if hasattr(src, "shard_cache"):  # a LengthIndex: how to reach non-local shards
             src.remote = opts.remote if opts.remote is not None else src.remote
             src.shard_cache = opts.shard_cache if opts.shard_cache is not None else src.shard_cache
+        for index in (src, *getattr(src, "sources", ())):  # a LengthIndex, or a Blend's
+            if hasattr(index, "refuse_pipes"):  # commands from an index run only when allowed
+                index.allow_pipe = index.allow_pipe or opts.allow_pipe
+                index.refuse_pipes()
         self.cluster, self.cost, self.replica = cluster, cost, replica
         sampling = {"global_batch_size": global_batch_size, "seed": seed}
         sampling.update(drop_last=opts.drop_last, shuffle=opts.shuffle)
@@ -129,6 +137,13 @@ class FCPDataLoader:
             else GlobalBatchSampler(num_samples=len(src.seqlens), **sampling)
         )
         self._fingerprint: str | None = None
+        self._plan_settings = plan_settings(
+            strategy=strategy,
+            planner=opts.planner,
+            cluster=cluster,
+            cost=cost,
+            on_too_long=opts.on_too_long,
+        )
         planner = opts.planner
         if planner is None:
             from ..planner import plan_global_batch  # type: ignore[attr-defined]
@@ -152,13 +167,24 @@ class FCPDataLoader:
                     # as the index counted it with its exact counter
                     rule = copy.copy(rule)
                     rule.text_counter = text.count
+            vision = None
+            if opts.vision is not None and rule is not None:
+                from ..vision.rope_check import resolve_vision_options
+                from ..vision.sample import rule_spec
+
+                # next_text="auto" probed here once: DataLoader workers never import transformers
+                vision = resolve_vision_options(opts.vision, rule_spec(rule))
+            from .blend import read_fields_for
+
+            # the fields the source was indexed with (each Blend source its own)
+            text_field, caption_field = read_fields_for(src, opts.text_field, opts.caption_field)
             encoder = SampleEncoder(
                 tokenizer=text,
-                vision=opts.vision if rule is not None else None,
+                vision=vision,
                 token_ids=token_ids,
                 rule=rule,
-                text_field=opts.text_field,
-                caption_field=opts.caption_field,
+                text_field=text_field,
+                caption_field=caption_field,
                 eod_id=opts.eod_id,
                 special_token_id=opts.special_token_id,
                 vision_token_id=opts.vision_token_id,
@@ -206,9 +232,17 @@ class FCPDataLoader:
 
     # ---- state ---------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Start `epoch` from its first batch (a no-op when already in it, e.g. after resume)."""
-        if int(epoch) != self._epoch:
-            self._epoch, self._batch, self._wave = int(epoch), 0, 0
+        """Start `epoch` from its first batch (a no-op when already in it, e.g. after resume).
+
+        `epoch` must be a whole number >= 0 (int(1.5) would silently be 1) and, for a Blend,
+        at most its sampler's `max_epoch` (reaching a far epoch would hang before batch one).
+        """
+        epoch = check_int("epoch", epoch)
+        limit = getattr(self.sampler, "max_epoch", None)
+        if limit is not None and epoch > limit:
+            raise ConfigError(f"epoch={epoch} is past {limit}, the last epoch this blend reaches")
+        if epoch != self._epoch:
+            self._epoch, self._batch, self._wave = epoch, 0, 0
 
     @property
     def source_fingerprint(self) -> str:
@@ -229,6 +263,7 @@ class FCPDataLoader:
             num_replicas=self.cluster.num_replicas,
             source_fingerprint=self.source_fingerprint,
             sampler=sampler_settings(self.sampler),
+            plan=self._plan_settings,
         )
         return {f: getattr(s, f) for f in s.__struct_fields__}
 
@@ -252,6 +287,7 @@ class FCPDataLoader:
             num_replicas=self.cluster.num_replicas,
             fingerprint=self.source_fingerprint,
             num_waves=waves,
+            plan=self._plan_settings,
         )
         self.sampler = self._builder.sampler = sampler
 

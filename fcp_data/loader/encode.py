@@ -61,6 +61,7 @@ class EncodedSample:
     targets: np.ndarray | None = None  # vision path: which tokens a label may predict
     layout: Any = None  # vision path: fcp_data.vision.template.MediaLayout
     mrope: np.ndarray | None = None  # vision path: [3, L] M-RoPE ids of the whole sample
+    media_size: tuple[int, int] | None = None  # (height, width) the index counted media at
 
 
 def _decode_text(v: Any) -> str:
@@ -90,7 +91,11 @@ class SampleEncoder(VisionEncoderMixin):
 
     def text_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
         if "npy" in sample:
-            return np.load(io.BytesIO(sample["npy"]), allow_pickle=False).astype(np.int64).ravel()
+            from ..readers.token_store import check_ids, vocab_size_of
+
+            ids = np.load(io.BytesIO(sample["npy"]), allow_pickle=False).astype(np.int64).ravel()
+            check_ids(ids, vocab_size_of(self.tokenizer))  # a bad sample, never wrong ids
+            return ids
         if "txt" in sample:
             return self._ids(_decode_text(sample["txt"]))
         if "json" in sample:
@@ -112,6 +117,9 @@ class SampleEncoder(VisionEncoderMixin):
         return np.zeros(0, dtype=np.int64)
 
     def __call__(self, source: SampleSource, pos: int) -> EncodedSample:
+        other = self.for_source(source, pos)  # a Blend source's own text/caption fields
+        if other is not self:
+            return other(source, pos)
         modality = int(source.modality[pos])
         special = int(source.special_tokens[pos])
         if modality == TEXT and self.store is not None and self.store.has(pos):  # stored ids
@@ -149,6 +157,7 @@ class SampleEncoder(VisionEncoderMixin):
             vision=vt,
             video=media if modality == VIDEO else None,
             image=media if modality == IMAGE else None,
+            media_size=(int(source.height[pos]), int(source.width[pos])),
         )
 
     def vision_input(
@@ -170,7 +179,7 @@ class SampleEncoder(VisionEncoderMixin):
                 key=key,
                 groups=torch.zeros(1, dtype=torch.int64),
                 frame_indices=torch.zeros(1, dtype=torch.int64),
-                pixels=_decode_image(enc.image, vt.resized),
+                pixels=_decode_image(enc.image, vt.resized, enc.media_size),
                 token_positions=torch.from_numpy(offset + mine),
                 token_group=torch.zeros(mine.size, dtype=torch.int64),
                 meta={"grid": tuple(vt.grid), "resized": tuple(vt.resized), "frames_per_group": 1},
@@ -188,7 +197,14 @@ class SampleEncoder(VisionEncoderMixin):
             for j in range(frames_per_group)
             if g * frames_per_group + j < len(vt.frame_indices)
         ]
-        pixels = decode_frames(enc.video, frames, vt.resized, backend=self.decode_backend, key=key)
+        pixels = decode_frames(
+            enc.video,
+            frames,
+            vt.resized,
+            backend=self.decode_backend,
+            key=key,
+            native=enc.media_size,
+        )
         if pixels.shape[0] != len(frames):  # a backend must not drop or repeat frames
             raise ValueError(
                 f"decoded {pixels.shape[0]} frames where the index's frame count asks for "
@@ -210,17 +226,25 @@ class SampleEncoder(VisionEncoderMixin):
         )
 
 
-def _decode_image(data: bytes, resized: tuple[int, int]) -> torch.Tensor:
-    """uint8 (1, H, W, 3) resized bicubically to the rule's (H, W) (Pillow, imported lazily)."""
+def _decode_image(
+    data: bytes, resized: tuple[int, int], size: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """uint8 (1, H, W, 3) resized bicubically to the rule's (H, W) (Pillow, imported lazily).
+
+    The vision path's image rule (fcp_data.vision.media.load_image): 16-bit and float modes
+    refused, not clipped to 255; other modes composited over white; the size checked against
+    the index's (`size`, height x width).
+    """
     try:
-        from PIL import Image
+        import PIL  # noqa: F401
     except ImportError as e:  # pragma: no cover - Pillow ships with the video extra's deps
         raise MissingDependencyError(
             "decoding image samples needs Pillow: pip install 'fcp[video]' (or pillow)"
         ) from e
-    with Image.open(io.BytesIO(data)) as im:
-        rgb = im.convert("RGB").resize((resized[1], resized[0]), Image.Resampling.BICUBIC)
-        return torch.from_numpy(np.asarray(rgb).copy()).unsqueeze(0)
+    from ..vision.media import load_image, resize_image
+
+    rgb = resize_image(load_image(data, size), resized)
+    return torch.from_numpy(np.asarray(rgb).copy()).unsqueeze(0)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -7,6 +7,7 @@ groups it belongs to and packs its zigzag shard of each. Nothing here talks to o
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from ..planner import Cluster, CostModel, Plan, RankPlan, Wave
 from ..vision.payload import PayloadParts, build_payload
 from .encode import CustomEncoder, EncodedSample, SampleEncoder
 from .sampler import GlobalBatchSampler
-from .time_limit import SampleTimeLimit
+from .time_limit import SampleTimeLimit, SampleTimeout
 from .types import BatchMetrics, SampleSource
 
 __all__ = ["BatchBuilder", "PlannedBatch", "SampleReadError"]
@@ -212,8 +213,11 @@ class BatchBuilder:
         if store is not None:
             modality = self.source.modality
             pos = tuple(p for p in pos if int(modality[p]) != 0 or not store.has(p))
-        if pos:
-            prefetch(pos)
+        # under the sample time limit: a stalled server must not hold the batch; best effort,
+        # each read fetches again under its own limit and names the fault
+        with contextlib.suppress(SampleTimeout):
+            if pos:
+                self.time_limit(f"prefetching {len(pos)} samples", lambda: prefetch(pos))
 
     def own_keys(self, epoch: int, batch_index: int) -> list[str]:
         """Keys this replica reads in a global batch (to name suspects when a worker dies)."""
@@ -365,6 +369,10 @@ class BatchBuilder:
             )
             skipped.extend(bad)
             mbs.append(mb)
+        for w, mb in enumerate(mbs):  # head-parallel groups: the cache needs their blocks too
+            us = tuple(g.ulysses for g in plan.waves[w].groups)
+            if any(u != 1 for u in us):
+                mb.wave_ulysses = us
         metrics = BatchMetrics(
             epoch=epoch,
             batch_index=batch_index,

@@ -108,9 +108,13 @@ class LoaderOptions:
     """fcp_data.readers.remote.RemoteOptions for http(s)/s3 shards (retries, fsspec options)."""
     shard_cache: Any = None
     """fcp_data.readers.cache.ShardCache where pipe: shards are copied to be loaded."""
+    allow_pipe: bool = False
+    """Run the `pipe:` commands an index lists as shards. An index is data: anyone who can
+    write its header could otherwise make every loader run a shell command, so an index with
+    pipe: shards raises PipeNotAllowedError (naming the index and command) unless this is set."""
 
     def __post_init__(self) -> None:
-        for name in ("drop_last", "shuffle", "pin_memory", "token_store"):
+        for name in ("drop_last", "shuffle", "pin_memory", "token_store", "allow_pipe"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         check_choice("on_error", self.on_error, ON_ERROR)

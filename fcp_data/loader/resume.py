@@ -28,6 +28,7 @@ __all__ = [
     "check_position",
     "check_source",
     "parse_state",
+    "plan_settings",
     "resume_point",
     "sampler_settings",
     "source_fingerprint",
@@ -42,7 +43,7 @@ _INT_FIELDS = {  # field -> smallest allowed value
     "num_samples": 1,
     "num_replicas": 1,
 }
-_STR_FIELDS = ("source_fingerprint", "sampler")
+_STR_FIELDS = ("source_fingerprint", "sampler", "plan")
 
 
 def source_fingerprint(keys: Any, seqlens: Any) -> str:
@@ -73,6 +74,27 @@ def sampler_settings(sampler: Any) -> str:
         f"{f.name}={getattr(sampler, f.name)}"
         for f in dataclasses.fields(sampler)
         if f.init and f.name not in skip and not f.name.startswith("_")
+    )
+
+
+def plan_settings(*, strategy: str, planner: Any, cluster: Any, cost: Any, on_too_long: str) -> str:
+    """What decides a global batch's plan besides its samples: strategy, planner, cluster
+    (capacity, layout, idle policy) and cost model, as a readable head and a digest of all.
+
+    Wave k of a batch is a set of sequences only under one plan: resumed mid-batch under
+    another strategy or capacity, wave k holds other sequences, so some would be trained twice
+    and others never. `resume_point` compares this string to decide.
+    """
+    name = (
+        "fcp_data.planner.plan_global_batch"
+        if planner is None
+        else f"{getattr(planner, '__module__', '?')}.{getattr(planner, '__qualname__', planner)}"
+    )
+    whole = repr((strategy, name, cluster, cost, on_too_long)).encode()
+    digest = hashlib.blake2b(whole, digest_size=8).hexdigest()
+    return (
+        f"strategy={strategy},tokens_per_replica={getattr(cluster, 'tokens_per_replica', '?')},"
+        f"cost={getattr(cost, 'name', '?')},digest={digest}"
     )
 
 
@@ -111,6 +133,12 @@ def check_position(s: LoaderState, sampler: Any) -> None:
         ).num_batches()
     except ConfigError:  # drop_last with fewer samples than the saved batch: no full batch
         saved = 0
+    limit = getattr(sampler, "max_epoch", None)  # a Blend reaches far epochs slowly
+    if limit is not None and s.epoch > limit:
+        raise StateError(
+            f"state epoch={s.epoch} is past {limit}, the last epoch this sampler reaches "
+            f"({type(sampler).__name__}.max_epoch); the state is corrupt or from another run"
+        )
     if s.batch > saved or (s.batch == saved and s.wave):
         raise StateError(
             f"state batch={s.batch}, wave={s.wave} is past the end of an epoch of {saved} "
@@ -146,12 +174,15 @@ def resume_point(
     num_replicas: int,
     fingerprint: str,
     num_waves: Callable[[GlobalBatchSampler, int, int], int],
+    plan: str = "",
 ) -> tuple[GlobalBatchSampler, int, int, int]:
     """(sampler, epoch, batch, wave) to continue from `state`, every field checked first.
 
     An elastic resume (other replica count) restarts a half-done global batch at its first
-    wave; another global batch size continues after the samples consumed (both warned). A seed
-    in the state wins over the loader's. `num_waves(sampler, epoch, batch)` plans one batch.
+    wave; another global batch size continues after the samples consumed (both warned). A
+    state saved mid-batch under other planner settings (`plan`: strategy, capacity, cost model)
+    also restarts that batch at its first wave, warned: its old wave k is not the new plan's. A
+    seed in the state wins over the loader's. `num_waves(sampler, epoch, batch)` plans one batch.
     """
     s = parse_state(state)
     if not s.source_fingerprint or not s.sampler:
@@ -178,6 +209,15 @@ def resume_point(
             f"resumed on {num_replicas} replicas (saved on {s.num_replicas}) "
             f"in the middle of a global batch (wave {wave}): the batch is re-planned and "
             "restarts at its first wave",
+            stacklevel=3,
+        )
+        wave = 0
+    if wave and s.plan and plan and s.plan != plan:
+        warnings.warn(
+            f"resumed in the middle of global batch {batch} (wave {wave}) under other planner "
+            f"settings (saved {s.plan!r}, now {plan!r}): its waves hold other sequences now, so "
+            "the batch restarts at its first wave and each of its samples is trained once; "
+            "discard gradients accumulated since the last optimizer step",
             stacklevel=3,
         )
         wave = 0

@@ -49,9 +49,11 @@ def open_source(
     tokenizer: object = None,
     vision_rule: RuleArg = None,
     on_error: str = "skip",
+    fields: tuple[str, str] = ("text", "caption"),
 ) -> SampleSource:
     """A LengthIndex for an index directory; shards (specs) are scanned (a bad sample raises
-    under `on_error="raise"`, is skipped and listed under "skip"); sources pass through."""
+    under `on_error="raise"`, is skipped and listed under "skip"); sources pass through.
+    `fields` (text_field, caption_field): what a scan of shard specs counts (LoaderOptions')."""
     if isinstance(source, (str, os.PathLike)) and _is_index(source):
         return LengthIndex.open(source)
     if isinstance(source, (str, os.PathLike)) or (
@@ -60,7 +62,7 @@ def open_source(
         specs = (
             [str(source)] if isinstance(source, (str, os.PathLike)) else [str(s) for s in source]
         )
-        config = ScanConfig(on_error=on_error)
+        config = ScanConfig(on_error=on_error, text_field=fields[0], caption_field=fields[1])
         rule_name = vision_rule if isinstance(vision_rule, str) else None
         if isinstance(vision_rule, VisionTokenRule):
             rule_name = vision_rule.name

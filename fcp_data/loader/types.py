@@ -32,6 +32,9 @@ class LoaderState(msgspec.Struct, frozen=True, kw_only=True):
     num_replicas: int
     source_fingerprint: str = ""
     sampler: str = ""
+    plan: str = ""
+    """The settings that decide each batch's plan (`resume.plan_settings`): a state saved
+    mid-batch continues at its wave only under the same plan."""
 
 
 class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):

@@ -3,12 +3,17 @@
 Strategies:
 - "fcp" (default): several candidates, the best predicted one kept — the paper's waves with BFD
   + 2D-DP, mixed-degree lanes (dual approximation), a prologue of the widest sequences followed
-  by lanes, moldable list scheduling, and the best static-balanced and static plans, so fcp is
-  never worse than either static plan under its own model.
+  by lanes, moldable list scheduling, the best static-balanced and static plans, the pow2
+  strategy's candidates (`_pow2_candidates`) and megatron-dynamic's plans at every knob of its
+  grid, so fcp is never worse under its own model than any of those strategies' plans: static,
+  static-balanced, pow2, megatron-dynamic and megatron-dynamic-tuned.
 - "paper", "lanes", "moldable": one candidate family alone (for study).
 - "static": Megatron-LM's static CP; "static-balanced": one fixed degree, sequences dealt by
   predicted time; "pow2": the fcp planner restricted to power-of-two degrees (DeepSpeed-Ulysses /
-  FlexSP space); "megatron-hybrid": megatron-core's BalancedCPScheduler (needs megatron-core).
+  FlexSP space); "megatron-hybrid": megatron-core's BalancedCPScheduler (needs megatron-core);
+  "megatron-dynamic": Megatron-LM dev's DefaultDynamicCPScheduler (`megatron_dynamic`) with its
+  knob max_seqlen_per_dp_cp_rank at the memory capacity; "megatron-dynamic-tuned": the same at
+  each knob of `megatron_dynamic.KNOB_GRID` × capacity, the best kept per batch.
 
 Vision work (`vision=`, per-sample encoder units and where their tokens sit) makes every
 candidate and baseline count each replica's decode and encoder time for the units it holds,
@@ -30,6 +35,7 @@ idle="fill" the three best candidates are also tried with their idle slots fille
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -40,6 +46,7 @@ from .cluster import Cluster
 from .cost import CostModel
 from .fill import align_waves, fill_idle
 from .lanes import lane_candidates, static_balanced
+from .megatron_dynamic import megatron_dynamic, megatron_dynamic_tuned
 from .moldable import moldable_schedule
 from .paper import paper_schedule
 from .plan import Plan, Wave
@@ -58,10 +65,13 @@ STRATEGIES = (
     "static-balanced",
     "pow2",
     "megatron-hybrid",
+    "megatron-dynamic",
+    "megatron-dynamic-tuned",
 )
 ON_TOO_LONG = ("raise", "drop")
 # Strategies whose candidates `Cluster(idle="fill")` fills; the baselines (static,
-# static-balanced, megatron-hybrid) keep the plans they are defined by, priced the same way.
+# static-balanced, megatron-hybrid, megatron-dynamic(-tuned)) keep the plans they are defined
+# by, priced the same way (inside fcp's family they are filled like every candidate).
 FILLED = ("fcp", "paper", "lanes", "moldable", "pow2")
 
 
@@ -114,21 +124,39 @@ LARGE = 2_000_000  # sequences × replicas above which the costlier candidates a
 
 
 def _fcp_family(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule | None]:
-    """All candidates. On large problems (8192 sequences on 1024 replicas is 8.4M) the paper's
-    candidate tries one wave count instead of three and moldable list scheduling, whose cost
-    grows as sequences × replicas × degrees and which never wins there, is left out: this keeps
-    such a plan near 0.2 s instead of 0.6 s."""
-    large = units.size * prob.num_replicas > LARGE
+    """fcp's own candidates, then megatron-dynamic's plans at every knob of its grid, each
+    scored only when a lower bound on it is below the best so far (they never won a cell of
+    the quality grid; they make fcp never worse than megatron-dynamic(-tuned))."""
+    own = [s for s in _core_family(prob, lower, units) if s is not None]
+    best = min((s.makespan for s in own), default=np.inf)
+    return [*own, *megatron_dynamic_tuned(prob, units, prune_above=best)]
+
+
+def _moldable_family(prob: Problem, units: np.ndarray) -> list[Schedule | None]:
+    """Moldable list scheduling longest first (+4 replicas) and widest first (+0, +1)."""
     # widest first, then longest: the sequences that need most of the cluster start together
     # at t = 0 and the rest fill in around them (at their minimum degree, or one more)
     by_width = units[np.lexsort((-prob.work[units], -prob.dmin[units]))]
     return [
+        moldable_schedule(prob, units),
+        _named(moldable_schedule(prob, by_width, extra=0), "widest-first+0"),
+        _named(moldable_schedule(prob, by_width, extra=1), "widest-first+1"),
+    ]
+
+
+def _core_family(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule | None]:
+    """fcp's own candidates, also the pow2 strategy's (on a power-of-two Problem).
+
+    On large problems (8192 sequences on 1024 replicas is 8.4M) the paper's candidate tries
+    one wave count instead of three and moldable list scheduling, whose cost grows as
+    sequences × replicas × degrees and which never wins there, is left out: this keeps such a
+    plan near 0.2 s instead of 0.6 s."""
+    large = units.size * prob.num_replicas > LARGE
+    return [
         paper_schedule(prob, units, tries=1 if large else 3),
         *lane_candidates(prob, lower, units),
         *_prologue_lanes(prob, lower, units),
-        None if large else moldable_schedule(prob, units),
-        None if large else _named(moldable_schedule(prob, by_width, extra=0), "widest-first+0"),
-        None if large else _named(moldable_schedule(prob, by_width, extra=1), "widest-first+1"),
+        *([] if large else _moldable_family(prob, units)),
         static_balanced(prob, units),
         static_megatron(prob, units),
     ]
@@ -136,13 +164,15 @@ def _fcp_family(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule
 
 _FAMILIES: dict[str, Callable[[Problem, float, np.ndarray], list[Schedule | None]]] = {
     "fcp": _fcp_family,
-    "pow2": _fcp_family,
+    "pow2": _core_family,
     "paper": lambda p, lb, u: [paper_schedule(p, u)],
     "lanes": lambda p, lb, u: list(lane_candidates(p, lb, u)),
     "moldable": lambda p, lb, u: [moldable_schedule(p, u)],
     "static": lambda p, lb, u: [static_megatron(p, u)],
     "static-balanced": lambda p, lb, u: [static_balanced(p, u)],
     "megatron-hybrid": lambda p, lb, u: [megatron_hybrid(p, u)],
+    "megatron-dynamic": lambda p, lb, u: [megatron_dynamic(p, u)],
+    "megatron-dynamic-tuned": lambda p, lb, u: list(megatron_dynamic_tuned(p, u)),
 }
 
 
@@ -171,8 +201,9 @@ def _blind_candidates(
     """The candidates planned without vision work, scored with it (named "vision-blind:...")."""
     units = blind.order[keep[blind.order]]
     lower = lower_bound(blind, np.flatnonzero(keep))
+    family = _core_family if strategy in ("fcp", "pow2") else _FAMILIES[strategy]
     out = []
-    for sch in _FAMILIES[strategy](blind, lower, units):
+    for sch in family(blind, lower, units):
         if sch is not None:
             sch.name = f"vision-blind:{sch.name}"
             out.append(sch.score(prob))
@@ -209,6 +240,121 @@ def _with_filled(prob: Problem, found: list[Schedule]) -> list[Schedule]:
         if filled is not None and filled.makespan <= sch.makespan:
             out.append(filled)
         out.append(sch)
+    return out
+
+
+def _candidates(
+    strategy: str, prob: Problem, blind: Problem | None, keep: np.ndarray, seed: int
+) -> tuple[list[Schedule], float]:
+    """Every scored candidate of `strategy` for the sequences `keep`, and the lower bound.
+
+    `blind`: the same problem without vision work (its candidates are scored with it).
+    """
+    units = prob.order[keep[prob.order]]
+    lower = lower_bound(prob, np.flatnonzero(keep))
+    found = [s for s in _FAMILIES[strategy](prob, lower, units) if s is not None]
+    if blind is not None and strategy in ("fcp", "pow2"):
+        found += _blind_candidates(blind, prob, keep, strategy)
+    if strategy == "fcp":
+        found += _pow2_candidates(prob, blind, keep, seed)
+        found += _ring_candidates(prob, blind, keep, seed)
+    if prob.sync and strategy in FILLED:
+        found = _with_aligned(prob, found)
+    if prob.cluster.idle == "fill" and strategy in FILLED:
+        found = _with_filled(prob, found)
+    if strategy == "fcp":  # pow2's aligned / filled candidates may be derived again here
+        found = _distinct(found)
+    return found, lower
+
+
+def _distinct(found: list[Schedule]) -> list[Schedule]:
+    """One candidate per name, the fastest, in order of first appearance."""
+    by_name: dict[str, Schedule] = {}
+    for sch in found:
+        kept = by_name.get(sch.name)
+        if kept is None or sch.makespan < kept.makespan:
+            by_name[sch.name] = sch
+    return list(by_name.values())
+
+
+POW2_FULL = 4096  # sequences × replicas up to which fcp runs every pow2 candidate
+
+
+def _pow2_candidates(
+    prob: Problem, blind: Problem | None, keep: np.ndarray, seed: int
+) -> list[Schedule]:
+    """The "pow2" strategy's candidates, planned on a power-of-two Problem and re-scored on
+    `prob` (named "pow2:..."). A Schedule depends only on the lengths, cluster and cost model,
+    which both Problems share, so its score is the same on either. None when pow2 would drop
+    other sequences than fcp (N not a power of two: a sequence only the full group holds).
+
+    Up to `POW2_FULL` sequences × replicas (e.g. 64 sequences on 64 replicas), every candidate
+    pow2 scores, its aligned and filled ones included: fcp is then never worse than pow2.
+    Above, only the ones that ever beat fcp's own on bench/planner_quality.py's 384 cells:
+    moldable list scheduling (longest first +4, widest first +0 / +1; 118 cells, up to 3.1%)
+    and static-balanced (1 cell, 0.45%); with them fcp is no slower than pow2 in every cell.
+    The full family would double fcp's planning time (+4-6 ms at 512 sequences on 64 replicas);
+    these cost about 1 ms there, and nothing above `LARGE`, where fcp drops its own moldable
+    candidates too.
+    """
+    p2 = Problem.build(
+        prob.lens,
+        prob.cluster,
+        prob.cost,
+        causal=prob.causal,
+        pow2=True,
+        seed=seed,
+        vision=prob.vision,
+    )
+    if not np.array_equal(p2.dmin > 0, keep):
+        return []
+    units = p2.order[keep[p2.order]]
+    size = units.size * prob.num_replicas
+    if size <= POW2_FULL:
+        b2 = None
+        if blind is not None:
+            b2 = Problem.build(
+                blind.lens, blind.cluster, blind.cost, causal=blind.causal, pow2=True, seed=seed
+            )
+        found = _candidates("pow2", p2, b2, keep, seed)[0]
+    elif size <= LARGE:
+        found = [
+            s for s in (*_moldable_family(p2, units), static_balanced(p2, units)) if s is not None
+        ]
+    else:
+        return []
+    out = []
+    for sch in found:
+        sch.name = f"pow2:{sch.name}"
+        out.append(sch.score(prob))
+    return out
+
+
+def _ring_only(cost: CostModel) -> CostModel:
+    return replace(cost, head_parallel=(), a2a_bytes=(), ring_shares=())
+
+
+def _ring_candidates(
+    prob: Problem, blind: Problem | None, keep: np.ndarray, seed: int
+) -> list[Schedule]:
+    """With head-parallel transports priced, every candidate of the ring-only planner too,
+    re-scored with them (named "ring:..."): a group's time under transports is never above its
+    ring time and the critical path is monotone in group times, so fcp with transports is never
+    slower than fcp without. It doubles planning time, for cost models that opted in
+    (`CostModel.head_parallel`); none otherwise."""
+    if not prob.cost.has_transports:
+        return []
+    ring_cost = _ring_only(prob.cost)
+    rp = Problem.build(
+        prob.lens, prob.cluster, ring_cost, causal=prob.causal, seed=seed, vision=prob.vision
+    )
+    rb = None
+    if blind is not None:
+        rb = Problem.build(blind.lens, blind.cluster, ring_cost, causal=blind.causal, seed=seed)
+    out = []
+    for sch in _candidates("fcp", rp, rb, keep, seed)[0]:
+        sch.name = f"ring:{sch.name}"
+        out.append(sch.score(prob))
     return out
 
 
@@ -273,14 +419,7 @@ def plan_global_batch(
             winner="none",
             dropped=dropped,
         ).with_digest()
-    lower = lower_bound(prob, np.flatnonzero(keep))
-    found = [s for s in _FAMILIES[strategy](prob, lower, units) if s is not None]
-    if blind is not None and strategy in ("fcp", "pow2"):
-        found += _blind_candidates(blind, prob, keep, strategy)
-    if prob.sync and strategy in FILLED:
-        found = _with_aligned(prob, found)
-    if cluster.idle == "fill" and strategy in FILLED:
-        found = _with_filled(prob, found)
+    found, lower = _candidates(strategy, prob, blind, keep, seed)
     if not found:
         raise ValueError(
             f"strategy={strategy!r} found no feasible plan for {units.size} sequences on "

@@ -16,7 +16,15 @@ from .simulate import score_plan
 
 __all__ = ["DEFAULT_STRATEGIES", "StrategyResult", "compare_strategies"]
 
-DEFAULT_STRATEGIES = ("fcp", "static-balanced", "pow2", "static", "megatron-hybrid")
+DEFAULT_STRATEGIES = (
+    "fcp",
+    "static-balanced",
+    "pow2",
+    "static",
+    "megatron-hybrid",
+    "megatron-dynamic",
+    "megatron-dynamic-tuned",
+)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -11,13 +11,14 @@ share; the replicas' gradients are summed), any other u is not offered.
 
 Per member, layer and *local* token (a member holds T/d tokens of a T-token packed group):
 
-    all-to-all  (u - 1)/u * D * [fwd (2H + 2 max(H_kv, u)) a + bwd (2H a + 2 max(H_kv, u) 4)]
+    all-to-all  (u - 1)/u * 4 (H + max(H_kv, u)) D a
 
-bytes (Q, K, V in, O out forward; dO in, dQ out and fp32 dK/dV out backward, the fp32 sums that
-keep replicated K/V exact). Qwen3-8B in bf16 (H = 32, H_kv = 8, D = 128, 36 layers) at u = 2:
-2.36 MB per local token, 3.6x the ring's 0.59 MB per *group* token, but divided by d: at d = 8
-the all-to-all moves 0.55 MB per group token against the ring's 0.52 MB. The hybrid's ring
-moves the same per-token bytes for max(H_kv, u)/u of the K/V heads: a share of the ring's bytes
+bytes (Q, K, V out and O back forward; dO out and dQ, dK, dV back backward, all in the
+activation dtype, as `fcp_exec.transport_bytes` counts the real calls). Qwen3-8B in bf16
+(H = 32, H_kv = 8, D = 128, 36 layers) at u = 2: 0.74 MB per local token, 1.25x the ring's
+0.59 MB per *group* token, but divided by d: at d = 8 the all-to-all moves 0.09 MB (u = 2) to
+0.16 MB (u = 8) per group token against the ring's 0.52 MB. The hybrid's ring moves the same
+per-token bytes for max(H_kv, u)/u of the K/V heads: a share of the ring's bytes
 `ring_share` = max(H_kv, u) / (u * H_kv) (1/u when u divides H_kv).
 
 Time (cost.py): T = L + max(A, C_ring(r)) + C_a2a(u) + beta1, since ring steps hide behind
@@ -42,7 +43,6 @@ __all__ = [
 # all-to-all calls per layer and micro-batch: Q/K/V in and O out (forward), dO in and
 # dQ/dK/dV out (backward)
 A2A_EXCHANGES_PER_LAYER = 4
-DKV_BYTES = 4  # dK/dV return in fp32 (exact sums of replicated K/V heads)
 
 
 def head_parallel_degrees(heads: int, kv_heads: int) -> tuple[int, ...]:
@@ -65,10 +65,9 @@ def a2a_bytes_per_token(
     layers: int = 1,
 ) -> float:  # fmt: skip
     """Bytes one member's all-to-alls move per local token, fwd + bwd, *without* the (u-1)/u
-    factor (the comm term applies it): D * (4H * a + 2 max(H_kv, u) * (a + 4)) per layer."""
+    factor (the comm term applies it): 4 (H + max(H_kv, u)) D a per layer."""
     kv = max(kv_heads, ulysses)
-    per_layer = head_dim * (4 * heads * activation_bytes + 2 * kv * (activation_bytes + DKV_BYTES))
-    return float(layers * per_layer)
+    return float(layers * 4 * (heads + kv) * head_dim * activation_bytes)
 
 
 def ring_share(kv_heads: int, ulysses: int) -> float:

@@ -21,19 +21,24 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..errors import ConfigError
+from .checksum import MemberHasher, pipe_fingerprint
 from .errors import ErrorPolicy, SkippedSample, TooManyFailures
 from .index_format import (
+    CHECKSUM_ARRAY,
+    CHECKSUM_DTYPE,
     FORMAT_VERSION,
     HEADER_NAME,
     MEMBER_ARRAYS,
     SAMPLE_ARRAYS,
     IndexHeader,
     ShardEntry,
+    index_fingerprint,
 )
 from .length_index import LengthIndex
 from .remote import is_remote
 from .scan import SampleRecord, ScanConfig, Scanner
-from .shards import expand_shards, is_seekable, shard_fingerprint
+from .shards import as_local_path, expand_shards, is_seekable, shard_fingerprint
 from .text import TokenCounter, as_counter, load_counter
 from .token_store import TokenRecorder, pack_ids, write_store
 
@@ -49,6 +54,7 @@ class _ShardResult(msgspec.Struct):
     fingerprint: str
     size: int
     token_ids: Any = None  # (flat ids, per-sample lengths) with a token store, else None
+    checksums: Any = None  # uint32 crc32 of every member of `records`, in member order
 
 
 def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = None) -> _ShardResult:
@@ -57,6 +63,8 @@ def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = Non
     ids: list[np.ndarray] = []
     head = -1
     last = start  # skipped count when the last good record was seen
+    crcs: list[int] = []
+    hasher = MemberHasher(url, timeout_s=scanner.config.stream_timeout_s)
     for rec in scanner.scan(url):
         now = len(scanner.log.skipped)
         if head < 0:
@@ -65,13 +73,19 @@ def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = Non
         records.append(rec)
         if recorder is not None:
             ids.append(recorder.take(rec))
+        crcs.extend(hasher.record(rec))  # before the payload goes: hashed from memory
         if is_remote(url):
             rec.payload = None  # members are fetched by range later, not shipped to the parent
     skipped = scanner.log.skipped[start:]
     head = len(skipped) if head < 0 else head
     tail = len(skipped) if not records else len(scanner.log.skipped) - last
+    hasher.close()
     size = os.path.getsize(url) if is_seekable(url) else 0
-    res = _ShardResult(url, records, skipped, head, tail, shard_fingerprint(url), size)
+    checksums = np.array(crcs, dtype=CHECKSUM_DTYPE)
+    fingerprint = shard_fingerprint(url)
+    if url.startswith("pipe:"):  # was "": a changed command output was never seen
+        fingerprint = pipe_fingerprint([m for r in records for m in r.members.values()], checksums)
+    res = _ShardResult(url, records, skipped, head, tail, fingerprint, size, checksums=checksums)
     if recorder is not None:
         res.token_ids = pack_ids(ids)
     return res
@@ -143,11 +157,23 @@ def _write(
     np.save(tmp / "member_size.npy", np.array(sizes, dtype=MEMBER_ARRAYS["member_size"]))
     for name, arr in cols.items():
         np.save(tmp / f"{name}.npy", arr)
-    (tmp / HEADER_NAME).write_bytes(msgspec.json.format(msgspec.json.encode(header)))
+    crcs = [r.checksums for r in results if r.checksums is not None]
+    np.save(tmp / f"{CHECKSUM_ARRAY}.npy", np.concatenate(crcs or [np.zeros(0, CHECKSUM_DTYPE)]))
+    head = msgspec.json.format(msgspec.json.encode(header))
+    try:  # the header must read back (nan/inf encode as null): never rename in a bad index
+        msgspec.json.decode(head, type=IndexHeader)
+    except msgspec.ValidationError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(f"the index header of {out} would not read back ({exc})") from exc
+    (tmp / HEADER_NAME).write_bytes(head)
     if recorder is not None:
         pieces = (r.token_ids for r in results)
         write_store(
-            tmp, tokenizer=header.tokenizer, vocab_size=recorder.vocab_size(), pieces=pieces
+            tmp,
+            tokenizer=header.tokenizer,
+            vocab_size=recorder.vocab_size(),
+            pieces=pieces,
+            index_fingerprint=index_fingerprint(header),
         )
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
@@ -180,9 +206,11 @@ def build_index(
         on_error=config.on_error,  # type: ignore[arg-type]
         max_consecutive_failures=config.max_consecutive_failures,
     )
+    # every setting is checked (Scanner: ScanConfig fields, rule overrides) before any work
+    rule_settings = Scanner(config, counter).rule.settings()
     urls = expand_shards(shards)
-    if workers < 1:
-        raise ValueError(f"workers={workers} must be >= 1")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers={workers!r} must be an integer >= 1")
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / HEADER_NAME).is_file():
         raise FileExistsError(
@@ -226,13 +254,13 @@ def build_index(
     def rel(url: str) -> str:
         if not is_seekable(url):
             return url
-        return os.path.relpath(os.path.abspath(url), out.resolve())
+        return as_local_path(os.path.relpath(os.path.abspath(url), out.resolve()))
 
     header = IndexHeader(
         format_version=FORMAT_VERSION,
         num_samples=sum(len(r.records) for r in results),
         scan=config,
-        rule=Scanner(config, counter).rule.settings(),
+        rule=rule_settings,
         tokenizer=counter.spec,
         shards=[
             ShardEntry(
@@ -244,4 +272,6 @@ def build_index(
         fcp_version=__version__,
     )
     _write(out, header, results, recorder)
-    return LengthIndex.open(out)
+    # the commands were this caller's own arguments: the index it gets back may run them
+    # (one opened later from disk may not, unless asked: LengthIndex.open(allow_pipe=True))
+    return LengthIndex.open(out, allow_pipe=any(u.startswith("pipe:") for u in urls))

@@ -21,13 +21,21 @@ from typing import IO
 
 from ..errors import DataError
 
-__all__ = ["ByteSource", "StreamStalled", "is_stream", "open_source"]
+__all__ = ["ByteSource", "StreamStalled", "StreamTooLong", "is_stream", "open_source"]
 
 READ_CHUNK = 1 << 20  # bytes asked of a pipe per read(); larger reads only fill the buffer
 
 
 class StreamStalled(DataError, TimeoutError):
     """A FIFO or `pipe:` command produced no byte within the stall limit."""
+
+
+class StreamTooLong(StreamStalled):
+    """A FIFO or `pipe:` command produced more than its byte limit: abandoned like a stall.
+
+    A stream's members are held in memory (it cannot be re-read), so an endless one (a
+    command that loops) would exhaust memory; the limit bounds it.
+    """
 
 
 def is_stream(url: str) -> bool:
@@ -51,8 +59,10 @@ class ByteSource:
         fd: int = -1,
         proc: subprocess.Popen[bytes] | None = None,
         timeout_s: float = 60.0,
+        max_bytes: int = 0,
     ) -> None:
         self.url, self.timeout_s = url, timeout_s
+        self.max_bytes = max_bytes  # 0: no limit (a stream's bytes past it: StreamTooLong)
         self.pos = 0
         self._file, self._fd, self._proc = file, fd, proc
         self._buf = bytearray()
@@ -67,6 +77,13 @@ class ByteSource:
     def _fill(self, want: int) -> None:
         """Buffer at least `want` bytes from the stream, or up to its end."""
         while len(self._buf) < want and not self._eof:
+            if self.max_bytes and self.pos + len(self._buf) >= self.max_bytes:
+                self.stalled = True
+                raise StreamTooLong(
+                    f"{self.url}: still producing after {self.max_bytes} bytes, the limit for "
+                    "one streamed shard (stream_max_bytes, `fcp index --stream-max-bytes`); "
+                    "split the shard or raise the limit"
+                )
             ready, _, _ = select.select([self._fd], [], [], self.timeout_s)
             if not ready:
                 self.stalled = True
@@ -170,8 +187,10 @@ def _grow_pipe(fd: int) -> None:
             fcntl.fcntl(fd, set_size, READ_CHUNK)
 
 
-def open_source(url: str, *, timeout_s: float) -> ByteSource:
-    """Open a shard URL for reading; OSError when a local path cannot be opened."""
+def open_source(url: str, *, timeout_s: float, max_bytes: int = 0) -> ByteSource:
+    """Open a shard URL for reading; OSError when a local path cannot be opened.
+
+    `max_bytes` (0: none) bounds what a FIFO or `pipe:` stream may produce."""
     if "://" in url:
         from .remote import RemoteStream, is_remote
 
@@ -187,8 +206,10 @@ def open_source(url: str, *, timeout_s: float) -> ByteSource:
         )
         assert proc.stdout is not None
         _grow_pipe(proc.stdout.fileno())
-        return ByteSource(url, fd=proc.stdout.fileno(), proc=proc, timeout_s=timeout_s)
+        return ByteSource(
+            url, fd=proc.stdout.fileno(), proc=proc, timeout_s=timeout_s, max_bytes=max_bytes
+        )
     if is_stream(url):  # a FIFO: O_NONBLOCK, else open() itself waits forever for a writer
         fd = os.open(url, os.O_RDONLY | os.O_NONBLOCK)
-        return ByteSource(url, fd=fd, timeout_s=timeout_s)
+        return ByteSource(url, fd=fd, timeout_s=timeout_s, max_bytes=max_bytes)
     return ByteSource(url, file=open(url, "rb"), timeout_s=timeout_s)

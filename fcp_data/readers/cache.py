@@ -1,14 +1,23 @@
 """A bounded local cache of whole `pipe:` shards, so that indexed pipe shards can be loaded.
 
 A `pipe:CMD` shard cannot seek, so the loader streams the command's output once into
-`<dir>/<sha256(url)[:24]>.tar` and reads members from the copy by offset. Rules:
+`<dir>/<sha256(url, fingerprint)[:24]>.tar` and reads members from the copy by offset. The
+fingerprint is the index's (size of the indexed members plus a digest of their crc32s,
+computed while indexing): a shard rewritten and re-indexed gets a new copy, never the old one.
+Rules:
 
 * partial files are never used: the copy is written to `<name>.partial-<pid>` and renamed into
   place only when the command exited 0; a failed or interrupted copy is deleted;
 * the cache holds at most `max_bytes`: after each new copy the least recently used files
   (by mtime, which every use refreshes) are removed until the rest fit; a single shard larger
   than the limit is refused;
-* a full disk (ENOSPC, EDQUOT) raises `CacheFullError` naming the directory, never a half copy.
+* a full disk (ENOSPC, EDQUOT) raises `CacheFullError` naming the directory, never a half copy;
+* the command is read through `select` under the index's `stream_timeout_s` (60 s by default):
+  a command that goes quiet is killed with its children and the copy discarded, and the
+  failure is remembered for the shard in this process, so the other samples of that shard
+  fail at once instead of each costing a whole sample_timeout_s;
+* a finished copy is checked against the index's member checksums before it is used
+  (`verify`): a command whose output changed since indexing is named, not loaded.
 
 Workers share the directory: names are per pid until the atomic rename, and a file evicted
 while another worker has it open stays readable through that open descriptor (POSIX unlink).
@@ -20,17 +29,21 @@ import contextlib
 import errno
 import hashlib
 import os
-import subprocess
 import tempfile
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ..errors import DataError
+from ..errors import DataError, StaleIndexError
+from .byte_source import open_source
 
 __all__ = ["CacheFullError", "ShardCache", "default_cache_dir"]
 
 DEFAULT_MAX_BYTES = 20 << 30  # 20 GiB: a few hundred 64 MiB shards
 CHUNK = 1 << 20
+STALL_S = 60.0  # ScanConfig.stream_timeout_s's default
 
 
 class CacheFullError(DataError):
@@ -43,40 +56,66 @@ def default_cache_dir() -> Path:
     return Path(base or tempfile.gettempdir()) / "fcp" / "shards"
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(kw_only=True)
 class ShardCache:
     """Whole-shard cache for `pipe:` URLs (see the module docstring)."""
 
     directory: Path
     max_bytes: int = DEFAULT_MAX_BYTES
+    # per process: copies that failed (key -> why) and one lock so a copy runs once at a time
+    _failed: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    _lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def path_of(self, url: str) -> Path:
-        return Path(self.directory) / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".tar")
+    def __getstate__(self) -> dict[str, Any]:
+        return {"directory": self.directory, "max_bytes": self.max_bytes}
 
-    def get(self, url: str) -> Path:
-        """The cached copy of `url`, made now if missing (and older copies evicted)."""
-        path = self.path_of(url)
-        if path.is_file():
-            with contextlib.suppress(OSError):  # evicted by another worker just now: re-fetch
-                os.utime(path)
-                return path
-        self._fetch(url, path)
-        self._evict(keep=path)
-        return path
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.directory, self.max_bytes = state["directory"], state["max_bytes"]
+        self._failed, self._lock = {}, threading.Lock()
 
-    def _fetch(self, url: str, path: Path) -> None:
+    def path_of(self, url: str, fingerprint: str = "") -> Path:
+        key = hashlib.sha256(f"{url}\0{fingerprint}".encode()).hexdigest()[:24]
+        return Path(self.directory) / (key + ".tar")
+
+    def get(
+        self,
+        url: str,
+        *,
+        fingerprint: str = "",
+        timeout_s: float = STALL_S,
+        verify: Callable[[str], None] | None = None,
+    ) -> Path:
+        """The cached copy of `url` as indexed under `fingerprint`, made now if missing (and
+        older copies evicted). `verify(path)` checks a new copy before it is used; a copy that
+        failed (stall, exit status, verify) raises the same error again at once."""
+        path = self.path_of(url, fingerprint)
+        with self._lock:  # a second sample of the shard waits for the first's copy
+            if path.name in self._failed:
+                raise DataError(f"{self._failed[path.name]} (copy failed earlier in this process)")
+            if path.is_file():
+                with contextlib.suppress(OSError):  # evicted by another worker: re-fetch
+                    os.utime(path)
+                    return path
+            try:
+                self._fetch(url, path, timeout_s, verify)
+            except (DataError, StaleIndexError) as exc:  # StaleIndexError: failed `verify`
+                self._failed[path.name] = str(exc)
+                raise
+            self._evict(keep=path)
+            return path
+
+    def _fetch(
+        self, url: str, path: Path, timeout_s: float, verify: Callable[[str], None] | None
+    ) -> None:
         if not url.startswith("pipe:"):
             raise ValueError(f"{url!r} is not a pipe: URL; only pipe: shards are cached")
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f"{path.name}.partial-{os.getpid()}")
-        proc = subprocess.Popen(
-            url[5:], shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
-        )
-        assert proc.stdout is not None
-        size, ok = 0, False
+        src = open_source(url, timeout_s=timeout_s)  # own session, select-bounded reads
+        size, ok, drained = 0, False, False
         try:
             with open(part, "wb") as out:
-                while chunk := proc.stdout.read(CHUNK):
+                while chunk := src.read(CHUNK):
                     size += len(chunk)
                     if size > self.max_bytes:
                         raise CacheFullError(
@@ -84,12 +123,12 @@ class ShardCache:
                             f"({self.directory}); raise the limit or index local copies"
                         )
                     out.write(chunk)
-            status = proc.wait()
-            if status != 0:
-                raise DataError(
-                    f"{url}: command exited with status {status} after {size} bytes; the copy "
-                    "is incomplete and was discarded; fix the command or the source"
-                )
+            drained = True
+            status = src.close(drained=True)
+            if status is not None:
+                raise DataError(f"{url}: {status}; the copy is incomplete and was discarded")
+            if verify is not None:
+                verify(str(part))
             os.replace(part, path)
             ok = True
         except OSError as exc:
@@ -100,13 +139,11 @@ class ShardCache:
                 ) from exc
             raise
         finally:
+            if not drained:
+                src.close(drained=False)  # kills the command and its children
             if not ok:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                proc.wait()
                 with contextlib.suppress(FileNotFoundError):
                     part.unlink()
-            proc.stdout.close()
 
     def _evict(self, keep: Path) -> None:
         """Remove least recently used copies until the cache is within max_bytes."""

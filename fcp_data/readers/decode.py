@@ -106,11 +106,14 @@ def decode_frames(
     backend: Literal["pyav", "decord"] = "pyav",
     key: str = "?",
     shard: str = "?",
+    native: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """Frames `indices` of encoded video `data`, resized to (H, W): uint8 tensor (T, H, W, 3).
 
     Raises SampleError(shard, key, reason) when the video does not open, a frame fails to
     decode, or it has fewer frames than the highest index; `key` and `shard` only name it.
+    `native` (height, width): the size the index counted; frames of another size raise
+    (they would be stretched to a resize computed for the wrong aspect).
     """
     if not indices:
         raise ValueError("no frame indices to decode")
@@ -121,6 +124,13 @@ def decode_frames(
         frames = _decord_frames(data, indices, where)
     else:
         raise ConfigError(f"decode backend {backend!r}; allowed: 'pyav', 'decord'")
+    if native is not None and all(native) and tuple(frames[0].shape[:2]) != tuple(native):
+        got_h, got_w = frames[0].shape[:2]
+        raise where.error(
+            f"the video decodes at {got_w}x{got_h} (width x height) but the index says "
+            f"{native[1]}x{native[0]}: it would load stretched; fix the sidecar's width/height "
+            "or re-index"
+        )
     x = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float()
     h, w = resized
     if x.shape[-2:] != (h, w):

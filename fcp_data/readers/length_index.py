@@ -14,6 +14,8 @@ object pickles as its path, so DataLoader workers reopen it cheaply.
 from __future__ import annotations
 
 import os
+import warnings
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,20 +25,35 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import IndexMismatchError, StaleIndexError
+from ..errors import ConfigError, IndexMismatchError, StaleIndexError
 from .errors import SkippedSample
-from .index_format import FORMAT_VERSION, HEADER_NAME, IndexHeader, load_arrays
+from .index_format import (
+    CHECKSUM_ARRAY,
+    FORMAT_VERSION,
+    HEADER_NAME,
+    ChecksumMismatchError,
+    IndexHeader,
+    load_arrays,
+)
 from .remote import is_remote
 from .scan import MODALITIES
 from .shards import is_seekable, shard_fingerprint
 
-__all__ = ["LengthIndex", "RuleMismatchError", "StaleIndexError"]
+__all__ = ["LengthIndex", "PipeNotAllowedError", "RuleMismatchError", "StaleIndexError"]
 
 MAX_OPEN_SHARDS = 32  # file handles kept by `read` (LRU)
 
 
 class RuleMismatchError(IndexMismatchError):
     """The index was built under another vision rule than the caller expects."""
+
+
+class PipeNotAllowedError(ConfigError):
+    """An index lists `pipe:` shards and the caller did not allow running them.
+
+    An index is data: whoever can write its header could otherwise make every loader run a
+    shell command. Commands from an index run only with `allow_pipe=True`.
+    """
 
 
 class LengthIndex:
@@ -53,6 +70,11 @@ class LengthIndex:
         self.shard_cache: Any = None  # readers.cache.ShardCache for pipe: shards
         self._access: Any = None  # readers.shard_access.ShardAccess, made on first use
         self._has_remote: bool | None = None
+        # crc32 of every member (index_format.CHECKSUM_ARRAY), checked on each read; False
+        # turns the check off (bench/verification_cost.py measures what it costs)
+        self.verify_checksums = True
+        self._crc = self._v.get(CHECKSUM_ARRAY)
+        self.allow_pipe = False  # run the pipe: commands the header lists (see `open`)
         self.shard_urls = [
             u.url if not is_seekable(u.url) else str((path / u.url).resolve())
             for u in header.shards
@@ -66,11 +88,14 @@ class LengthIndex:
         verify: bool = True,
         expect_rule: str | dict[str, Any] | None = None,
         expect_tokenizer: str | None = None,
+        allow_pipe: bool = False,
     ) -> LengthIndex:
         """Open memory-mapped; `verify` re-fingerprints shards and checks every array's values
         (without it only files, dtypes and row counts are checked); `expect_rule` is a rule name or
         a full `rule.settings()` dict and `expect_tokenizer` a counter spec ("bytes:4",
-        "hf:PATH") that must match what the index was built with."""
+        "hf:PATH") that must match what the index was built with. `allow_pipe=True` lets
+        `read` run the `pipe:` commands the header lists (an index is data: without it such a
+        shard raises PipeNotAllowedError naming the index and the command)."""
         path = Path(path)
         head = path / HEADER_NAME
         if not head.is_file():
@@ -97,6 +122,14 @@ class LengthIndex:
                 f"{head} does not describe an index ({exc}); rebuild the index with `fcp index`"
             ) from exc
         index = cls(path, header, load_arrays(path, header, full=verify))
+        index.allow_pipe = bool(allow_pipe)
+        if index._crc is None:  # warnings shows one message once per process
+            warnings.warn(
+                f"index {path} has no {CHECKSUM_ARRAY}.npy (built before per-member "
+                "checksums): bytes read from its shards are not verified; rebuild it with "
+                "`fcp index` to turn the checks on",
+                stacklevel=2,
+            )
         if expect_rule is not None:
             index.check_rule(expect_rule)
         if expect_tokenizer is not None and expect_tokenizer != header.tokenizer:
@@ -241,8 +274,11 @@ class LengthIndex:
         shard = int(self._v["shard"][i])
         url = self.shard_urls[shard]
         if not is_seekable(url):
+            if url.startswith("pipe:") and not self.allow_pipe:
+                self.refuse_pipes()
             got = self._shard_access().read(i, url, exts)
             if isinstance(got, dict):
+                self._check_members(i, url, got)
                 return got
             url = got  # a pipe: shard's local copy
         fd = self._files.get(shard)
@@ -264,7 +300,66 @@ class LengthIndex:
                     "changed since indexing, rebuild with `fcp index`"
                 )
             out[ext] = data
+        self._check_members(i, url, out)
         return out
+
+    def _check_members(self, i: int, url: str, out: dict[str, bytes]) -> None:
+        """Raise ChecksumMismatchError when a member read for sample i is not the bytes that
+        were indexed (crc32, ~1 GB/s: 0.1 ms for a 100 KB sample)."""
+        crc = self._crc
+        if crc is None or not self.verify_checksums:
+            return
+        v = self._v
+        s = int(v["member_start"][i])
+        for j, ext in enumerate(v["member_ext"][s : s + int(v["member_count"][i])].tolist()):
+            data = out.get(ext)
+            if data is None:
+                continue
+            got, want = zlib.crc32(data) & 0xFFFFFFFF, int(crc[s + j])
+            if got != want:
+                raise ChecksumMismatchError(
+                    f"{url}: sample {str(v['keys'][i])!r} member .{ext} ({len(data)} bytes at "
+                    f"offset {int(v['member_offset'][s + j])}) has crc32 {got:08x}, the index "
+                    f"{self.path} recorded {want:08x}: the shard's bytes changed since "
+                    "indexing (edited in place, or a server or cache answered other bytes); "
+                    "rebuild the index with `fcp index`"
+                )
+
+    def check_shard_copy(self, shard: int, path: str) -> None:
+        """Verify a local copy of shard `shard` (a pipe: shard's cache file) against every
+        member checksum of the index, once per copy: one pass over the copy's member bytes."""
+        if self._crc is None:
+            return
+        url = self.shard_urls[shard]
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for i in np.flatnonzero(self._v["shard"] == shard).tolist():
+                out = {ext: os.pread(fd, size, off) for ext, (off, size) in self.members(i).items()}
+                try:
+                    self._check_members(i, url, out)
+                except ChecksumMismatchError as exc:
+                    raise ChecksumMismatchError(
+                        f"the output of {url} differs from what index {self.path} was built "
+                        f"from (checked in its copy {path}): {exc}"
+                    ) from None
+        finally:
+            os.close(fd)
+
+    @property
+    def pipe_shards(self) -> list[str]:
+        """The `pipe:` commands among the shards (run only when `allow_pipe` is set)."""
+        return [u for u in self.shard_urls if u.startswith("pipe:")]
+
+    def refuse_pipes(self) -> None:
+        """Raise PipeNotAllowedError when the index lists pipe: shards and they are not allowed."""
+        pipes = self.pipe_shards
+        if pipes and not self.allow_pipe:
+            raise PipeNotAllowedError(
+                f"index {self.path} lists {len(pipes)} pipe: shard(s), e.g. {pipes[0]!r} (from "
+                f"its {HEADER_NAME}); an index is data, so fcp runs no command from it unless "
+                "allowed: pass LoaderOptions(allow_pipe=True) or LengthIndex.open(..., "
+                "allow_pipe=True) if you trust whoever wrote this index"
+            )
 
     def _shard_access(self) -> Any:
         if self._access is None:
@@ -293,8 +388,9 @@ class LengthIndex:
         while files:
             os.close(files.popitem()[1])
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _reopen, (str(self.path), self.remote, self.shard_cache)
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = {"verify_checksums": self.verify_checksums}  # applied to the reopened index
+        return _reopen, (str(self.path), self.remote, self.shard_cache, self.allow_pipe), state
 
     def __repr__(self) -> str:
         return (
@@ -303,7 +399,9 @@ class LengthIndex:
         )
 
 
-def _reopen(path: str, remote: Any = None, cache: Any = None) -> LengthIndex:
-    index = LengthIndex.open(path, verify=False)
+def _reopen(
+    path: str, remote: Any = None, cache: Any = None, allow_pipe: bool = False
+) -> LengthIndex:
+    index = LengthIndex.open(path, verify=False, allow_pipe=allow_pipe)
     index.remote, index.shard_cache = remote, cache
     return index

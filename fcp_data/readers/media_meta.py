@@ -100,6 +100,10 @@ def decode_json_object(data: bytes, what: str) -> dict[str, Any]:
         obj = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise ValueError(f"{what} is not valid JSON ({exc})") from exc
+    except RecursionError as exc:  # arrays nested thousands deep: one bad sample, not the build
+        raise ValueError(
+            f"{what} is nested too deeply to decode ({exc}); flatten the sample's JSON"
+        ) from exc
     if not isinstance(obj, dict):
         raise ValueError(f"{what} must be a JSON object, got {type(obj).__name__}")
     return obj

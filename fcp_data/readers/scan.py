@@ -10,6 +10,7 @@ read only when there is no sidecar and the video must be probed.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from .probe import BACKENDS, Prober, ProbeTimeout
 from .rules import get_rule
 from .rules_base import VisionTokenRule
 from .shards import (
+    STREAM_MAX_BYTES,
     STREAM_TIMEOUT_S,
     BadMember,
     RawSample,
@@ -40,6 +42,7 @@ __all__ = [
     "SampleRecord",
     "ScanConfig",
     "Scanner",
+    "check_scan_config",
 ]
 
 VIDEO_EXTS = ("mp4", "mkv", "webm", "mov", "avi")
@@ -71,6 +74,7 @@ class ScanConfig(msgspec.Struct, frozen=True, kw_only=True):
     probe_backend: str = "auto"
     probe_timeout_s: float = 20.0
     stream_timeout_s: float = STREAM_TIMEOUT_S
+    stream_max_bytes: int = STREAM_MAX_BYTES
     on_error: str = "skip"
     max_consecutive_failures: int = 100
 
@@ -129,6 +133,44 @@ def _check_columns(record: SampleRecord, limits: dict[str, tuple[int, int]]) -> 
             )
 
 
+def _seconds(name: str, value: object, default: float) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and value > 0):  # type: ignore[arg-type]
+        raise ConfigError(
+            f"{name}={value!r} must be a finite number of seconds > 0 (default {default:g})"
+        )
+
+
+def check_scan_config(config: ScanConfig) -> None:
+    """ConfigError naming the field of a ScanConfig value that cannot be right.
+
+    Checked before any shard is read: the config is written into the index header as JSON,
+    where nan or inf become null (an index that cannot be opened), and an empty text field or
+    a negative timeout would silently skip every sample or never bound a stall.
+    """
+    if config.probe_backend not in BACKENDS:
+        raise ConfigError(f"probe_backend={config.probe_backend!r}; allowed: {', '.join(BACKENDS)}")
+    _seconds("probe_timeout_s", config.probe_timeout_s, 20.0)
+    _seconds("stream_timeout_s", config.stream_timeout_s, STREAM_TIMEOUT_S)
+    for name in ("text_field", "caption_field", "tokenizer", "vision_rule"):
+        value = getattr(config, name)
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{name}={value!r} must be a non-empty string")
+    for name in ("video_causal", "image_causal"):
+        if not isinstance(getattr(config, name), bool):
+            raise ConfigError(f"{name}={getattr(config, name)!r} must be True or False")
+    if config.on_error not in ("skip", "raise"):
+        raise ConfigError(f"on_error={config.on_error!r}; allowed: 'skip', 'raise'")
+    for name, low, high in (
+        ("text_special_tokens", 0, 1 << 20),
+        ("max_consecutive_failures", 1, 1 << 62),
+        ("stream_max_bytes", 1 << 20, 1 << 50),
+    ):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{name}={value!r} must be an integer in [{low}, {high}]")
+
+
 def _load_ext(ext: str) -> bool:
     return ext in TEXT_EXTS or ext in IMAGE_EXTS
 
@@ -160,15 +202,7 @@ class Scanner:
         )
         self._prober: Prober | None = None
         self._limits = _column_limits()
-        if config.probe_backend not in BACKENDS:
-            raise ConfigError(
-                f"probe_backend={config.probe_backend!r}; allowed: {', '.join(BACKENDS)}"
-            )
-        if not config.stream_timeout_s > 0:
-            raise ConfigError(
-                f"stream_timeout_s={config.stream_timeout_s} must be > 0 (seconds a pipe or "
-                f"FIFO may stay silent; default {STREAM_TIMEOUT_S:g})"
-            )
+        check_scan_config(config)
 
     def close(self) -> None:
         if self._prober is not None:
@@ -183,7 +217,10 @@ class Scanner:
 
     def scan(self, url: str) -> Iterator[SampleRecord]:
         """Records of one shard in order; bad samples go through the failure policy."""
-        for raw in iter_raw_samples(url, _load_ext, timeout_s=self.config.stream_timeout_s):
+        c = self.config
+        for raw in iter_raw_samples(
+            url, _load_ext, timeout_s=c.stream_timeout_s, max_bytes=c.stream_max_bytes
+        ):
             if isinstance(raw, BadMember):
                 self.log.fail(url, raw.key, raw.reason)
                 continue
@@ -290,6 +327,9 @@ class Scanner:
                     f".npy token ids must be a 1-D integer array, got "
                     f"{ids.dtype} with shape {ids.shape}"
                 )
+            from .token_store import check_ids, vocab_size_of
+
+            check_ids(ids, vocab_size_of(self.counter))  # negative or past the vocabulary
             n = int(ids.shape[0])
         elif "txt" in exts:
             n = self.counter(self._text(raw.payload["txt"], ".txt"))

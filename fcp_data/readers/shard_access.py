@@ -34,8 +34,16 @@ class ShardAccess:
         """Members of remote sample i, or the local path of a pipe shard's cached copy."""
         if is_remote(url):
             return self.remote.read(url, self.index.members(i), exts)
-        if url.startswith("pipe:"):
-            return str(self.cache.get(url))
+        if url.startswith("pipe:"):  # a copy keyed on, and checked against, the index
+            index, shard = self.index, int(self.index.shard[i])
+            return str(
+                self.cache.get(
+                    url,
+                    fingerprint=index.header.shards[shard].fingerprint,
+                    timeout_s=index.header.scan.stream_timeout_s,
+                    verify=lambda path: index.check_shard_copy(shard, path),
+                )
+            )
         raise ValueError(
             f"sample {i} lives in {url!r}, a FIFO; random access needs a file: copy the "
             "shards locally and re-index, or stream them"

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
+from ..errors import ConfigError
 from .byte_source import is_stream, open_source
 from .errors import CompressedShardError
 from .remote import is_remote, remote_fingerprint
@@ -27,6 +28,7 @@ from .tar_blocks import TarDamage, TarMember, compression_of, walk_tar
 __all__ = [
     "BadMember",
     "RawSample",
+    "as_local_path",
     "expand_shards",
     "is_seekable",
     "iter_raw_samples",
@@ -36,6 +38,7 @@ __all__ = [
 
 FINGERPRINT_BLOCK = 1 << 20  # bytes hashed at the head, middle and tail of a shard
 STREAM_TIMEOUT_S = 60.0  # seconds a pipe or FIFO may go without a byte (ScanConfig default)
+STREAM_MAX_BYTES = 16 << 30  # bytes one streamed shard may produce (held in memory; ScanConfig)
 _COMPRESSED_NAMES = (
     (".tar.gz", "gzip"),
     (".tgz", "gzip"),
@@ -83,15 +86,22 @@ def expand_shards(specs: Sequence[str] | str) -> list[str]:
         urls: list[str] = []
         for url in (u for part in spec.split("::") for u in braceexpand(part)):
             if url.startswith("pipe:") or is_remote(url):
+                if os.path.lexists(url):
+                    raise ConfigError(
+                        f"shard spec {url!r} is both a local file and a "
+                        f"{'pipe: command' if url.startswith('pipe:') else 'remote URL'}; "
+                        f"fcp will not guess: write {os.path.join('.', url)!r} for the file, "
+                        "or rename it"
+                    )
                 urls.append(url)  # braces expand inside commands too, as in webdataset
             elif glob.has_magic(url):
-                found = sorted(glob.glob(url))
+                found = [as_local_path(path) for path in sorted(glob.glob(url))]
                 for path in found:
                     _refuse_compressed(path)
                 urls.extend(found)
             elif os.path.exists(url):
                 _refuse_compressed(url)
-                urls.append(url)
+                urls.append(as_local_path(url))
             else:
                 raise FileNotFoundError(
                     f"shard {url!r} (from spec {spec!r}) does not exist; check the path or pattern"
@@ -100,6 +110,18 @@ def expand_shards(specs: Sequence[str] | str) -> list[str]:
             raise FileNotFoundError(f"shard spec {spec!r} matched no files")
         out.extend(urls)
     return list(dict.fromkeys(out))
+
+
+def as_local_path(path: str) -> str:
+    """`path` spelled so that no reader can take it for a command or a URL.
+
+    A file may be named `pipe:touch X;.tar` or sit in a folder named `http:`; a glob result or
+    a recorded relative path is data, so it gets a leading "./" rather than being run or
+    fetched (only a `pipe:` string the user typed as a spec is a command).
+    """
+    if (path.startswith("pipe:") or is_remote(path)) and not os.path.isabs(path):
+        return os.path.join(".", path)
+    return path
 
 
 def _refuse_compressed(path: str) -> None:
@@ -187,7 +209,11 @@ def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadM
 
 
 def iter_raw_samples(
-    url: str, load: Callable[[str], bool], *, timeout_s: float = STREAM_TIMEOUT_S
+    url: str,
+    load: Callable[[str], bool],
+    *,
+    timeout_s: float = STREAM_TIMEOUT_S,
+    max_bytes: int = STREAM_MAX_BYTES,
 ) -> Iterator[RawSample | BadMember]:
     """Samples of one shard in tar order; members whose extension `load(ext)` accepts are read.
 
@@ -200,7 +226,7 @@ def iter_raw_samples(
     """
     stream = is_stream(url)
     try:
-        src = open_source(url, timeout_s=timeout_s)
+        src = open_source(url, timeout_s=timeout_s, max_bytes=max_bytes)
     except OSError as exc:
         yield BadMember("(shard)", f"cannot open the shard ({exc})")
         return

@@ -174,6 +174,17 @@ def walk_tar(src: ByteSource, want: Callable[[str], bool]) -> Iterator[TarMember
             if len(block) < BLOCK:
                 yield _cut(chain, start, len(block))
                 return
+            if start == 0 and not src.seekable and block != ZERO_BLOCK and not _header(block):
+                # a stream cannot be re-read and may never end (`pipe:yes`): resyncing through
+                # it would read forever, so a first block that is no header refuses the stream
+                src.stalled = True  # abandoned: close() kills the command, status unreported
+                yield TarDamage(
+                    0,
+                    -1,
+                    f"not a tar stream: its first 512 bytes are no tar header (they start "
+                    f"{block[:16]!r}); the source must write an uncompressed tar",
+                )
+                return
             info = None if block == ZERO_BLOCK else _header(block)
             if info is None:
                 found, dirty = _resync(src)

@@ -8,12 +8,23 @@ array plus offsets). Files beside the length index:
     tokens.bin          the ids of all samples back to back, in the narrowest unsigned dtype that
                         holds the vocabulary (uint16 up to 65,536 ids: 2 bytes/token, not 8)
     token_offsets.npy   int64[n + 1]; sample i's ids are tokens.bin[offsets[i]:offsets[i + 1]]
-    tokens.json         format, tokenizer identity, sample and token counts, dtype, digest of the
-                        per-sample lengths
+    tokens.json         format, tokenizer identity, sample and token counts, dtype, vocabulary
+                        size and largest id, digest of the per-sample lengths, the index's
+                        fingerprint, a blake2b of every 4 MiB chunk of tokens.bin, and a digest
+                        of the header itself
 
 Only text samples (modality 0) have ids here; media samples have an empty span and the loader
 encodes them as before. Opening checks the store against its index (tokenizer, sample count,
-file size, every length) and refuses a mismatch with `TokenStoreMismatchError` naming the file.
+file size, every length, the index fingerprint: a store copied from another index whose lengths
+happen to agree is refused) and refuses a mismatch with `TokenStoreMismatchError` naming the
+file. An edited tokens.json (a dtype changed by hand reads garbage) fails its own digest; a
+dtype that is not the one the build chose, or ids past the recorded vocabulary, are refused.
+
+Content: tokens.bin is hashed in 4 MiB chunks at build time (blake2b, ~1 GB/s); each chunk is
+verified the first time a process touches it (`verify_span`, from `tokens` and `ids`), so a
+byte swapped inside the file (same size) raises `TokenStoreCorruptError` naming the store, the
+chunk and both digests instead of training on wrong ids. Cost: one pass over the chunks a
+process reads, once (4 ms a chunk); nothing after.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -39,10 +51,13 @@ __all__ = [
     "StoredTokens",
     "TokenRecorder",
     "TokenStore",
+    "TokenStoreCorruptError",
     "TokenStoreMismatchError",
+    "check_ids",
     "lengths_digest",
     "narrowest_dtype",
     "pack_ids",
+    "vocab_size_of",
     "write_store",
 ]
 
@@ -51,14 +66,22 @@ STORE_HEADER_NAME = "tokens.json"
 FLAT_NAME = "tokens.bin"
 OFFSETS_NAME = "token_offsets.npy"
 TEXT = 0
+CHUNK_BYTES = 4 << 20  # tokens.bin bytes per digest: 250k digests (8 MB of JSON) per TB
+UNSIGNED = ("|u1", "<u2", "<u4", "<u8")  # what `narrowest_dtype(...).str` can be
 
 
 class TokenStoreMismatchError(IndexMismatchError):
     """A token store that does not belong to its index (tokenizer, count, size or lengths)."""
 
 
+class TokenStoreCorruptError(TokenStoreMismatchError):
+    """tokens.bin bytes that differ from the digest recorded when the store was written."""
+
+
 class StoreHeader(msgspec.Struct, kw_only=True, frozen=True):
-    """What identifies a store; `lengths_sha256` covers every sample's id count."""
+    """What identifies a store; `lengths_sha256` covers every sample's id count, `chunk_blake2b`
+    every `chunk_bytes` of tokens.bin, `header_blake2b` every other field. Stores written before
+    the digests existed have the defaults and load with a warning that they are not checked."""
 
     format_version: int
     tokenizer: str
@@ -67,6 +90,39 @@ class StoreHeader(msgspec.Struct, kw_only=True, frozen=True):
     dtype: str
     vocab_size: int
     lengths_sha256: str
+    max_id: int = -1
+    index_fingerprint: str = ""
+    chunk_bytes: int = 0
+    chunk_blake2b: list[str] = []
+    header_blake2b: str = ""
+
+
+def _header_digest(header: StoreHeader) -> str:
+    body = msgspec.json.encode(msgspec.structs.replace(header, header_blake2b=""))
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
+def vocab_size_of(counter: Any) -> int:
+    """The vocabulary size of a counter's or tokenizer's HF tokenizer when it says, else 0."""
+    fn = getattr(counter, "fn", counter)
+    inner = getattr(fn, "tokenizer", None) or getattr(getattr(fn, "fast", None), "tokenizer", None)
+    get = getattr(inner, "get_vocab_size", None)
+    return int(get(with_added_tokens=True)) if callable(get) else 0
+
+
+def check_ids(ids: np.ndarray, vocab_size: int) -> None:
+    """ValueError (a counted skip in the scanner, a bad sample in the loader) when pre-tokenized
+    ids are negative or not below `vocab_size` (0: unknown, only the sign is checked)."""
+    if not ids.size:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0:
+        raise ValueError(f".npy token ids must be >= 0; this sample has {low}")
+    if vocab_size > 0 and high >= vocab_size:
+        raise ValueError(
+            f".npy token id {high} is past the tokenizer's vocabulary of {vocab_size} ids "
+            f"(ids must be < {vocab_size}); re-tokenize the sample with the index's tokenizer"
+        )
 
 
 def narrowest_dtype(max_id: int) -> np.dtype:
@@ -130,11 +186,7 @@ class TokenRecorder(TokenCounter):
 
     def vocab_size(self) -> int:
         """The tokenizer's vocabulary size when it says (HF tokenizers), else 0."""
-        inner = getattr(self.fn, "tokenizer", None) or getattr(
-            getattr(self.fn, "fast", None), "tokenizer", None
-        )
-        get = getattr(inner, "get_vocab_size", None)
-        return int(get(with_added_tokens=True)) if callable(get) else 0
+        return vocab_size_of(self.fn)
 
 
 def pack_ids(ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -148,20 +200,41 @@ def pack_ids(ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_store(
-    out: Path, *, tokenizer: str, vocab_size: int, pieces: Iterable[tuple[np.ndarray, np.ndarray]]
+    out: Path,
+    *,
+    tokenizer: str,
+    vocab_size: int,
+    pieces: Iterable[tuple[np.ndarray, np.ndarray]],
+    index_fingerprint: str = "",
 ) -> StoreHeader:
     """Write tokens.bin, token_offsets.npy and tokens.json into directory `out`.
 
     `pieces` yields (flat ids, per-sample lengths) in sample order (one per shard); the dtype
-    is chosen from the vocabulary size or, when unknown, the largest id seen.
+    is chosen from the vocabulary size or, when unknown, the largest id seen. tokens.bin is
+    hashed in `CHUNK_BYTES` chunks while it is written; `index_fingerprint` (the index's
+    `index_format.index_fingerprint`) binds the store to its index.
     """
     pieces = list(pieces)
     lengths = np.concatenate([ln for _, ln in pieces] or [np.zeros(0, np.int64)]).astype(np.int64)
     max_id = max((int(f.max()) for f, _ in pieces if f.size), default=0)
+    if vocab_size > 0 and max_id >= vocab_size:
+        raise ConfigError(
+            f"token id {max_id} is past the tokenizer's vocabulary of {vocab_size} ids; the "
+            "tokenizer and its reported vocabulary disagree"
+        )
     dtype = narrowest_dtype(max(max_id, vocab_size - 1))
+    chunks: list[str] = []
+    pending = bytearray()
     with open(out / FLAT_NAME, "wb") as fh:
         for flat, _ in pieces:
-            fh.write(np.ascontiguousarray(flat, dtype=dtype).tobytes())
+            raw = np.ascontiguousarray(flat, dtype=dtype).tobytes()
+            fh.write(raw)
+            pending += raw
+            while len(pending) >= CHUNK_BYTES:
+                chunks.append(hashlib.blake2b(pending[:CHUNK_BYTES], digest_size=16).hexdigest())
+                del pending[:CHUNK_BYTES]
+        if pending:
+            chunks.append(hashlib.blake2b(pending, digest_size=16).hexdigest())
     offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     np.save(out / OFFSETS_NAME, offsets)
@@ -173,7 +246,12 @@ def write_store(
         dtype=dtype.str,
         vocab_size=int(vocab_size),
         lengths_sha256=lengths_digest(lengths),
+        max_id=int(max_id),
+        index_fingerprint=index_fingerprint,
+        chunk_bytes=CHUNK_BYTES,
+        chunk_blake2b=chunks,
     )
+    header = msgspec.structs.replace(header, header_blake2b=_header_digest(header))
     (out / STORE_HEADER_NAME).write_bytes(msgspec.json.format(msgspec.json.encode(header)))
     return header
 
@@ -217,6 +295,9 @@ class TokenStore:
 
     def __init__(self, path: Path, header: StoreHeader, flat: np.ndarray, offsets: np.ndarray):
         self.path, self.header, self.flat, self.offsets = path, header, flat, offsets
+        # chunks of tokens.bin this process has verified (first touch), one flag a chunk
+        self._verified = np.zeros(len(header.chunk_blake2b), dtype=bool)
+        self.verify_chunks = bool(header.chunk_blake2b)  # False: bench's "without" side
 
     @staticmethod
     def exists(index_dir: str | os.PathLike[str]) -> bool:
@@ -239,6 +320,7 @@ class TokenStore:
                 f"{head}: store format {header.format_version}, this fcp reads "
                 f"{STORE_VERSION}; rebuild with `fcp index --store-tokens`"
             )
+        _check_header(head, header)
         flat_path, off_path = path / FLAT_NAME, path / OFFSETS_NAME
         dtype = np.dtype(header.dtype)
         want = header.num_tokens * dtype.itemsize
@@ -285,6 +367,15 @@ class TokenStore:
                 f"{where} holds {h.num_samples} samples, its index {len(index)}; rebuild "
                 "with `fcp index --store-tokens`"
             )
+        from .index_format import index_fingerprint
+
+        if h.index_fingerprint and h.index_fingerprint != index_fingerprint(index.header):
+            raise TokenStoreMismatchError(
+                f"{where} was written for the index with fingerprint {h.index_fingerprint}, "
+                f"not for {index.path} ({index_fingerprint(index.header)}: other shards or "
+                "other shard contents, even if the lengths agree); rebuild with "
+                "`fcp index --store-tokens`"
+            )
         text = np.asarray(index.modality) == TEXT
         want = np.where(text, np.asarray(index.text_tokens, dtype=np.int64), 0)
         have = np.diff(np.asarray(self.offsets))
@@ -305,19 +396,89 @@ class TokenStore:
         return int(self.offsets[i + 1]) > int(self.offsets[i])
 
     def ids(self, i: int) -> np.ndarray:
-        """Sample i's ids (a memory-mapped view in the store's dtype)."""
-        return self.flat[int(self.offsets[i]) : int(self.offsets[i + 1])]
+        """Sample i's ids (a memory-mapped view in the store's dtype), its chunks verified."""
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        self.verify_span(s, e)
+        return self.flat[s:e]
 
     def tokens(self, i: int, *, eod: int, eod_id: int) -> StoredTokens:
+        """Sample i's ids + `eod` EOD ids, sliced lazily; the chunks holding them are verified
+        now (the encoder's call, under the sample time limit and the on_error policy)."""
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        self.verify_span(s, e)
         return StoredTokens(self.flat, s, e - s, eod, eod_id)
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return TokenStore.open, (str(self.path),)
+    def verify_span(self, start: int, end: int) -> None:
+        """Verify the chunks of tokens.bin holding ids [start, end) not verified yet in this
+        process; TokenStoreCorruptError names the store, the chunk and both digests."""
+        if not self.verify_chunks or end <= start:
+            return
+        size, step = self.flat.dtype.itemsize, self.header.chunk_bytes
+        first, last = start * size // step, ((end * size) - 1) // step
+        todo = np.flatnonzero(~self._verified[first : last + 1]) + first
+        if not todo.size:
+            return
+        raw = self.flat.view(np.uint8)
+        for c in todo.tolist():
+            got = hashlib.blake2b(raw[c * step : (c + 1) * step], digest_size=16).hexdigest()
+            want = self.header.chunk_blake2b[c]
+            if got != want:
+                raise TokenStoreCorruptError(
+                    f"{self.path / FLAT_NAME}: chunk {c} (bytes {c * step}..{(c + 1) * step}) "
+                    f"has blake2b {got}, {STORE_HEADER_NAME} recorded {want}: the token store "
+                    "changed after it was written (a copy gone wrong, an edit, bad storage); "
+                    "rebuild it with `fcp index --store-tokens`"
+                )
+            self._verified[c] = True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a worker reopens the store and verifies the chunks it touches itself
+        return TokenStore.open, (str(self.path),), {"verify_chunks": self.verify_chunks}
 
     def __repr__(self) -> str:
         h = self.header
         return (
             f"TokenStore({str(self.path)!r}, samples={h.num_samples}, tokens={h.num_tokens}, "
             f"dtype={np.dtype(h.dtype).name}, tokenizer={h.tokenizer!r})"
+        )
+
+
+def _check_header(head: Path, h: StoreHeader) -> None:
+    """Refuse a tokens.json that was edited, a dtype the build would not have chosen, ids past
+    the vocabulary, or digests that do not cover tokens.bin."""
+    rebuild = "rebuild it with `fcp index --store-tokens`"
+    if not h.header_blake2b:
+        warnings.warn(
+            f"{head} has no digests (written before they existed): its ids are not verified; "
+            f"{rebuild} to turn the checks on",
+            stacklevel=3,
+        )
+        return
+    if _header_digest(h) != h.header_blake2b:
+        raise TokenStoreMismatchError(
+            f"{head} was edited after it was written (its digest {h.header_blake2b} does not "
+            f"match its fields, now tokenizer={h.tokenizer!r}, dtype={h.dtype!r}, "
+            f"vocab_size={h.vocab_size}, "
+            f"num_tokens={h.num_tokens}); {rebuild}"
+        )
+    if h.dtype not in UNSIGNED:
+        raise TokenStoreMismatchError(
+            f"{head}: dtype {h.dtype!r} is not a little-endian unsigned integer type "
+            f"({', '.join(UNSIGNED)}); {rebuild}"
+        )
+    want = narrowest_dtype(max(h.max_id, h.vocab_size - 1)).str
+    if h.dtype != want:
+        raise TokenStoreMismatchError(
+            f"{head}: dtype {h.dtype!r}, but ids up to {max(h.max_id, h.vocab_size - 1)} "
+            f"were written as {want!r}; {rebuild}"
+        )
+    if h.vocab_size > 0 and h.max_id >= h.vocab_size:
+        raise TokenStoreMismatchError(
+            f"{head}: the largest id {h.max_id} is past the vocabulary of {h.vocab_size}; {rebuild}"
+        )
+    size = h.num_tokens * np.dtype(h.dtype).itemsize
+    if h.chunk_bytes <= 0 or len(h.chunk_blake2b) != -(-size // h.chunk_bytes):
+        raise TokenStoreMismatchError(
+            f"{head}: {len(h.chunk_blake2b)} chunk digests of {h.chunk_bytes} bytes do not "
+            f"cover tokens.bin's {size} bytes; {rebuild}"
         )

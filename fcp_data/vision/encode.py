@@ -16,6 +16,7 @@ import numpy as np
 from ..readers.rules_base import VisionTokens
 from .options import FamilySpec, VisionOptions
 from .positions import mrope_positions, second_per_grid
+from .rope_check import resolve_next_text
 from .template import MediaLayout, render
 from .tokens import SpecialTokenIds
 
@@ -131,6 +132,6 @@ def encode_media(
             [layout],
             merge=spec.merge,
             interval=float(interval),
-            next_text=options.next_text,
+            next_text=resolve_next_text(options.next_text, spec),  # "auto": cached probe
         )
     return EncodedMedia(tokens=tokens, targets=targets, layout=layout, mrope=mrope)

@@ -21,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["decode_video_frames", "internvl_tiles", "load_image", "resize_frames"]
+__all__ = [
+    "check_media_size",
+    "decode_video_frames",
+    "internvl_tiles",
+    "load_image",
+    "resize_frames",
+]
 
 REFUSED_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 
@@ -92,12 +98,34 @@ def _decode(data: bytes, wanted: list[int], seek: bool) -> tuple[dict[int, np.nd
     return got, last
 
 
+def check_media_size(height: int, width: int, expect: tuple[int, int] | None, what: str) -> None:
+    """ValueError when decoded media is not the (height, width) the index counted it at.
+
+    The rule's resize target, grid and token count come from the index's width/height (a
+    sidecar or the probe): a 640x360 clip indexed as 320x320 would be squeezed to the wrong
+    aspect and its tokens would describe another grid, with no error. (0, 0) or None: unknown.
+    """
+    if expect is None or not all(expect):
+        return
+    if (int(height), int(width)) != (int(expect[0]), int(expect[1])):
+        raise ValueError(
+            f"the {what} decodes at {width}x{height} (width x height) but the index says "
+            f"{expect[1]}x{expect[0]}: its tokens and resize were computed for the wrong size "
+            "and it would load stretched; fix the sidecar's width/height or re-index"
+        )
+
+
 class _SeekUnreliable(Exception):
     """Frame indices cannot be trusted after a seek: decode from the start."""
 
 
-def decode_video_frames(data: bytes, indices: Sequence[int]) -> np.ndarray:
+def decode_video_frames(
+    data: bytes, indices: Sequence[int], expect: tuple[int, int] | None = None
+) -> np.ndarray:
     """uint8 (len(indices), H, W, 3) source frames `indices` (repeats allowed) of `data`.
+
+    `expect` (height, width) is the index's size: a frame of another size raises
+    (`check_media_size`).
 
     A replica that holds only late tubelets of a long video seeks to the keyframe before its
     first frame (constant-rate streams; frame indices checked from pts) instead of decoding
@@ -125,6 +153,8 @@ def decode_video_frames(data: bytes, indices: Sequence[int]) -> np.ndarray:
             f"(of {len(wanted)} wanted): its frame count differs from the index's; re-probe "
             "it (rebuild the index without a sidecar num_frames, or fix the sidecar)"
         )
+    first = got[wanted[0]]
+    check_media_size(first.shape[0], first.shape[1], expect, "video")
     return np.stack([got[int(i)] for i in indices])
 
 
@@ -142,8 +172,14 @@ def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
 
 
-def load_image(data: bytes) -> object:
-    """A Pillow RGB image; other 8-bit modes composited over white, 16/32-bit modes refused."""
+def load_image(data: bytes, expect: tuple[int, int] | None = None) -> object:
+    """A Pillow RGB image; other 8-bit modes composited over white, 16/32-bit modes refused.
+
+    The one image rule of both loader paths (the vision payload and `vision_input`): a 16-bit
+    PNG is refused on both, never clipped (Pillow's convert("RGB") of an I;16 image saturates:
+    98.8% of a uniform 16-bit image's values become 255). `expect` (height, width): the
+    index's size, checked (`check_media_size`).
+    """
     from PIL import Image
 
     try:
@@ -151,6 +187,7 @@ def load_image(data: bytes) -> object:
         im.load()
     except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise ValueError(f"image does not decode ({type(e).__name__}: {e}); re-encode it") from e
+    check_media_size(im.size[1], im.size[0], expect, "image")
     if im.mode == "RGB":
         return im
     if im.mode in REFUSED_MODES:

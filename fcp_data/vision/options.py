@@ -7,8 +7,11 @@ Defaults follow each family's published processors and fine-tuning code:
 * `second_per_grid` "measured": 2 / sample_fps with sample_fps = sampled / total * fps, what
   qwen-vl-utils passes to the processor; "constant" is temporal_patch_size / processor fps
   (Qwen's fine-tuning data processor), 1.0 s at the default 2 fps.
-* `next_text` "max+1": the text after a video starts one past the largest id of the video
-  (Qwen's code); "spatial" reproduces the installed transformers 5.x get_rope_index.
+* `next_text` "auto": what the installed transformers' `get_rope_index` computes, found by
+  running it once per process on a probe video (fcp_data.vision.rope_check; 5.24 gives
+  "spatial", 4.x "max+1") and stated in one log line; "max+1" (Qwen's fine-tuning code: one
+  past the video's largest id) or "spatial" (start + max(h, w)) are used as given, with one
+  warning when transformers computes the other.
 * `mean`/`std` None: CLIP statistics for Qwen2/2.5-VL, 0.5 for Qwen3-VL, ImageNet for InternVL.
 * `loss_on_template` False: labels that would predict template or vision tokens are ignored
   (loss on text only); True keeps template text (timestamps, frame labels) in the loss.
@@ -36,7 +39,7 @@ class VisionOptions:
     tokens_per_second: float = 2.0
     second_per_grid: Literal["measured", "constant"] = "measured"
     processor_fps: float = 2.0
-    next_text: Literal["max+1", "spatial"] = "max+1"
+    next_text: Literal["auto", "max+1", "spatial"] = "auto"
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
     loss_on_template: bool = False

@@ -61,7 +61,12 @@ def _runs(units: Sequence[int]) -> list[list[int]]:
 
 
 def _unit_pixels(
-    layout: MediaLayout, units: Sequence[int], media: bytes, spec: FamilySpec, opts: VisionOptions
+    layout: MediaLayout,
+    units: Sequence[int],
+    media: bytes,
+    spec: FamilySpec,
+    opts: VisionOptions,
+    size: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """Encoder input of `units` in order: Qwen rows or InternVL tiles [n, 3, 448, 448]."""
     vt = layout.vt
@@ -70,20 +75,20 @@ def _unit_pixels(
     if spec.family == "qwen":
         if layout.kind == VIDEO:
             idx = [vt.frame_indices[u * spec.temporal + j] for u in units for j in range(2)]
-            frames = resize_frames(decode_video_frames(media, idx), vt.resized)
+            frames = resize_frames(decode_video_frames(media, idx, size), vt.resized)
         else:  # an image is its own tubelet, repeated to temporal_patch_size frames
-            frames = np.repeat(resize_image(load_image(media), vt.resized)[None], 2, axis=0)
+            frames = np.repeat(resize_image(load_image(media, size), vt.resized)[None], 2, axis=0)
         x = normalize(frames, mean, std)  # [2n, 3, H, W]
         x = x.reshape(len(units), spec.temporal, *x.shape[1:])
         return qwen_rows(x, patch=spec.patch, merge=spec.merge)
     side = vt.resized[0] if layout.kind == VIDEO else 448
     if layout.kind == VIDEO:
-        raw = decode_video_frames(media, [vt.frame_indices[u] for u in units])
+        raw = decode_video_frames(media, [vt.frame_indices[u] for u in units], size)
         tiles = np.stack([resize_image(_pil(f), (side, side)) for f in raw])
     else:
         rows, cols = vt.grid[1], vt.grid[2]
         tiles = internvl_tiles(
-            load_image(media),
+            load_image(media, size),
             rows=rows,
             cols=cols,
             thumbnail=vt.grid[0] > rows * cols,
@@ -111,8 +116,13 @@ def sequence_payload(
     padded_len: int,
     spec: FamilySpec,
     opts: VisionOptions,
+    media_size: tuple[int, int] | None = None,
 ) -> None:
-    """Append sequence k's positions and (if it has media) pixels, runs and scatter to `out`."""
+    """Append sequence k's positions and (if it has media) pixels, runs and scatter to `out`.
+
+    `media_size` (height, width) is what the index counted the media at; decoded media of
+    another size raises ValueError (the loader skips and counts it, or raises by key).
+    """
     if spec.rope != "1d":
         full = mrope if mrope is not None else np.tile(np.arange(length), (3, 1))
         if padded_len > length:  # padding continues the text ids past the largest id
@@ -127,7 +137,7 @@ def sequence_payload(
     units, partial = _held_units(layout, inv)
     if not units:
         return
-    pixels = _unit_pixels(layout, units, media, spec, opts)
+    pixels = _unit_pixels(layout, units, media, spec, opts, media_size)
     per_unit = pixels.shape[0] // len(units)
     gh, gw = (layout.vt.grid[1], layout.vt.grid[2]) if spec.family == "qwen" else (32, 32)
     at = 0

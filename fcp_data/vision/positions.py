@@ -12,7 +12,8 @@ sample on the full sequence and only then sliced to a replica's chunks (`positio
 * The next text run starts at max(run) + 1 (`next_text="max+1"`, Qwen's fine-tuning code and
   transformers before 5.x) or at s + max(h, w) (`"spatial"`, the installed transformers 5.x
   `get_rope_index`). They differ only when a video's last temporal id passes s + max(h, w) - 1,
-  e.g. 12 tubelets at interval 2 on a 4x4 merged grid: 22 + 1 vs 4.
+  e.g. 12 tubelets at interval 2 on a 4x4 merged grid: 22 + 1 vs 4. `VisionOptions(next_text=
+  "auto")` (the default) picks the one the installed transformers computes (rope_check).
 
 The interval is multiplied in float32 and truncated, as transformers does with its float32
 `second_per_grid_ts` tensor, so ids agree at exact multiples.

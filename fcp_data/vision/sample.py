@@ -9,6 +9,7 @@ class provides `vision`, `token_ids`, `rule`, `eod_id`, `caption_field`, `_ids` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from .encode import encode_media, media_loss_tokens
 from .options import FamilySpec, family_spec
 from .payload import PayloadParts, sequence_payload
 
-__all__ = ["VisionEncoderMixin"]
+__all__ = ["VisionEncoderMixin", "rule_spec"]
 
 TEXT, VIDEO, IMAGE = 0, 1, 2  # the index's modality codes
 
@@ -38,10 +39,30 @@ class VisionEncoderMixin:
     token_ids: Any
     rule: Any
     eod_id: int
+    text_field: str
     caption_field: str
 
     def _ids(self, text: str) -> np.ndarray:  # provided by the host class
         raise NotImplementedError
+
+    def for_source(self, source: Any, pos: int) -> Any:
+        """This encoder, or a copy reading the fields `pos`'s source was indexed with.
+
+        A Blend's sources may be indexed with other --text-field / --caption-field values;
+        a copy (not a mutation: samples run in helper threads) keeps each read consistent
+        with the counts of its own index.
+        """
+        fields = getattr(source, "read_fields", None)
+        if not callable(fields):
+            return self
+        text_field, caption_field = fields(pos)
+        if (text_field, caption_field) == (self.text_field, self.caption_field):
+            return self
+        return dataclasses.replace(  # type: ignore[type-var]
+            self,  # type: ignore[arg-type]
+            text_field=text_field,
+            caption_field=caption_field,
+        )
 
     def media_tokens(self, source: SampleSource, pos: int, modality: int) -> VisionTokens:
         """The rule's tokens of media sample `pos` from the index columns (no pixel read)."""
@@ -58,7 +79,7 @@ class VisionEncoderMixin:
         raise NotImplementedError
 
     def _spec(self) -> FamilySpec:
-        return family_spec(self.rule.name, getattr(self.rule.config, "patch_size", 14))
+        return rule_spec(self.rule)
 
     def _encode_real(
         self,
@@ -100,6 +121,7 @@ class VisionEncoderMixin:
             "targets": em.targets,
             "layout": em.layout,
             "mrope": em.mrope,
+            "media_size": (int(source.height[pos]), int(source.width[pos])),
         }
 
     def _turns(self, sample: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -122,6 +144,9 @@ class VisionEncoderMixin:
         modality = int(source.modality[pos])
         if self.vision is None or modality == TEXT or self.rule is None:
             return seqlen - 1
+        other = self.for_source(source, pos)
+        if other is not self:
+            return int(other.loss_tokens(source, pos, seqlen))
         vt = self.media_tokens(source, pos, modality)
         count = _Counter(self)
         pieces: dict[str, Any] = {}
@@ -167,7 +192,13 @@ class VisionEncoderMixin:
             padded_len=padded_len,
             spec=self._spec(),
             opts=self.vision,
+            media_size=enc.media_size,
         )
+
+
+def rule_spec(rule: Any) -> FamilySpec:
+    """The payload spec of a readers VisionTokenRule (patch size from its config for Qwen)."""
+    return family_spec(rule.name, getattr(rule.config, "patch_size", 14))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -49,19 +50,30 @@ class _Handler(BaseHTTPRequestHandler):
         st = path.stat()
         start, end, status = 0, len(data), 200
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
-        if m:
+        if m and not srv.ignore_range:
             start = int(m.group(1))
             end = min(len(data), int(m.group(2)) + 1 if m.group(2) else len(data))
             status = 206
+        claimed = (start, end)  # what Content-Range says
+        if status == 206 and srv.shift:  # other bytes: said honestly, or (lie) not
+            start, end = start + srv.shift, min(len(data), end + srv.shift)
+            claimed = claimed if srv.lie else (start, end)
         body = data[start:end]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{st.st_size:x}-{st.st_mtime_ns:x}"')
+        if srv.etags:
+            self.send_header("ETag", f'"{st.st_size:x}-{st.st_mtime_ns:x}"')
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+            self.send_header("Content-Range", f"bytes {claimed[0]}-{claimed[1] - 1}/{len(data)}")
         self.end_headers()
         if head:
+            return None
+        if srv.stall_s and status == 206:  # half the body, then silence
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            time.sleep(srv.stall_s)
+            self.close_connection = True
             return None
         if cut:  # promise the whole body, send half, drop the connection
             self.wfile.write(body[: len(body) // 2])
@@ -74,7 +86,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 class RangeServer(ThreadingHTTPServer):
     """Serves files under `root`; `fail_next` GETs answer 500, `cut_next` range GETs are cut
-    short, `status` (e.g. 403) answers every request; `requests` logs (method, path, range)."""
+    short, `status` (e.g. 403) answers every request; `requests` logs (method, path, range).
+    Misbehaviours: `ignore_range` answers 200 with the whole file; `shift` serves the bytes
+    `shift` further on, with a Content-Range saying so, or (`lie`) claiming the asked range;
+    `etags=False` sends no ETag; `stall_s` sends half a range body, then nothing for so long."""
 
     daemon_threads = True
     request_queue_size = 128  # http.server's 5 drops SYNs of concurrent range requests
@@ -88,6 +103,11 @@ class RangeServer(ThreadingHTTPServer):
         self.fail_next = 0
         self.cut_next = 0
         self.status: int | None = None
+        self.ignore_range = False
+        self.shift = 0
+        self.lie = False
+        self.etags = True
+        self.stall_s = 0.0
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property

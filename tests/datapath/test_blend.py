@@ -115,3 +115,118 @@ def test_loader_over_a_blend_counts_sources_and_resumes(blend_parts, bpe_file, c
         ld.load_state_dict(state)
         seen |= {s for mb in ld for s in mb.sample_ids}
     assert seen == rest
+
+
+def test_bad_weights_names_and_repeated_sources_are_named(tmp_path, text_shards, bpe_file) -> None:
+    c = load_counter(str(bpe_file))
+    a = build_index(text_shards[:1], tmp_path / "a", counter=c)
+    b = build_index(text_shards[1:2], tmp_path / "b", counter=c)
+    for bad in ([0.5, float("nan")], [0.5, float("inf")], [0.5, "0.5"], [0.5, True]):
+        with pytest.raises(ConfigError, match=r"blend weight .* of source 'y' must be >= 0"):
+            Blend([a, b], weights=bad, names=["x", "y"])
+    with pytest.raises(ConfigError, match="all 0"):
+        Blend([a, b], weights=[0.0, 0.0])
+    with pytest.raises(ConfigError, match="one name per source"):
+        Blend([a, b], weights=[0.5, 0.5], names=["x"])
+    with pytest.raises(ConfigError, match=r"names \['x'\] repeat"):
+        Blend([a, b], weights=[0.5, 0.5], names=["x", "x"])
+    with pytest.raises(ConfigError, match="batches_per_epoch"):
+        Blend([a, b], weights=[0.5, 0.5], batches_per_epoch=0)
+    # the same index twice (as object and as path, or a copy elsewhere): weight counted twice
+    import shutil
+
+    shutil.copytree(tmp_path / "a", tmp_path / "a-copy")
+    for again in (a, a.path, tmp_path / "a-copy"):
+        with pytest.raises(ConfigError, match=r"blend sources 'source0' .* 'source2' .* same"):
+            Blend([a, b, again], weights=[0.4, 0.3, 0.3])
+    # a zero-weight source is allowed and never drawn
+    s = Blend([a, b], weights=[1.0, 0.0]).make_sampler(global_batch_size=4)
+    assert (np.concatenate([s.batch(0, i) for i in range(s.num_batches())]) < len(a.seqlens)).all()
+
+
+def test_an_empty_source_with_weight_is_refused_by_name(tmp_path, text_shards, bpe_file) -> None:
+    """All of its samples left out at index time: 0 samples. Was a raw ZeroDivisionError."""
+    from webdataset import TarWriter
+
+    from fcp_data.readers.scan import ScanConfig
+
+    c = load_counter(str(bpe_file))
+    a = build_index(text_shards[:1], tmp_path / "a", counter=c)
+    url = str(tmp_path / "bad.tar")
+    with TarWriter(url) as w:  # .json without the text field: skipped, counted
+        w.write({"__key__": "k0", "json": {"other": "x"}})
+        w.write({"__key__": "k1", "json": {"other": "y"}})
+    empty = build_index(url, tmp_path / "e", counter=c, config=ScanConfig(on_error="skip"))
+    assert len(empty.seqlens) == 0
+    with pytest.raises(ConfigError, match=r"source 'video' .*e\) has 0 samples \(2 left out"):
+        Blend([a, empty], weights=[0.7, 0.3], names=["text", "video"])
+    blend = Blend([a, empty], weights=[1.0, 0.0])  # weight 0: nothing to draw from it
+    s = blend.make_sampler(global_batch_size=4)
+    assert len(s.batch(1, 0)) == 4
+
+
+def test_each_source_is_read_with_its_own_text_field(tmp_path, bpe_file, cost) -> None:
+    """Source b was indexed with --text-field body: the loader reads "body" there, "text" in a
+    (each source's counts came from its own field), and refuses an option naming another."""
+    from webdataset import TarWriter
+
+    from fcp_data.readers.scan import ScanConfig
+    from fcp_data.readers.text import as_tokenizer
+
+    c = load_counter(str(bpe_file))
+    texts = {f"a{i}": f"alpha sample number {i} " * (3 + i) for i in range(4)}
+    bodies = {f"b{i}": f"beta body {i} is longer " * (5 + i) for i in range(4)}
+    for name, field, rows in (("a", "text", texts), ("b", "body", bodies)):
+        with TarWriter(str(tmp_path / f"{name}.tar")) as w:
+            for key, value in rows.items():  # both fields present: the wrong one would load
+                other = "body" if field == "text" else "text"
+                w.write({"__key__": key, "json": {field: value, other: "decoy " * 40}})
+    a = build_index(str(tmp_path / "a.tar"), tmp_path / "ia", counter=c)
+    b = build_index(
+        str(tmp_path / "b.tar"), tmp_path / "ib", counter=c, config=ScanConfig(text_field="body")
+    )
+    blend = Blend([a, b], weights=[0.5, 0.5], names=["a", "b"], batches_per_epoch=1)
+    tok = as_tokenizer(str(bpe_file))
+    ld = FCPDataLoader(
+        blend,
+        cluster=Cluster(1, tokens_per_replica=4096),
+        cost=cost,
+        replica=0,
+        global_batch_size=8,
+        num_workers=0,
+        tokenizer=str(bpe_file),
+        options=LoaderOptions(eod_id=EOD),
+    )
+    enc = ld._builder.encoder
+    for p, key in enumerate(blend.keys):
+        want = [*tok({**texts, **bodies}[str(key)]), EOD]
+        assert enc(blend, p).tokens.tolist() == want, key
+        assert len(want) == int(blend.seqlens[p])  # what the index counted
+    assert sum(mb.num_tokens for mb in ld) > 0  # and the loader plans and builds them
+    with pytest.raises(ConfigError, match=r"text_field='body'.*source 'a'.*'text'"):
+        FCPDataLoader(
+            blend,
+            cluster=Cluster(1, tokens_per_replica=4096),
+            cost=cost,
+            replica=0,
+            global_batch_size=8,
+            num_workers=0,
+            tokenizer=str(bpe_file),
+            options=LoaderOptions(eod_id=EOD, text_field="body"),
+        )
+    # shard specs are scanned with the loader's fields, and read with them
+    specs = FCPDataLoader(
+        str(tmp_path / "b.tar"),
+        cluster=Cluster(1, tokens_per_replica=4096),
+        cost=cost,
+        replica=0,
+        global_batch_size=4,
+        num_workers=0,
+        tokenizer=str(bpe_file),
+        options=LoaderOptions(eod_id=EOD, text_field="body"),
+    )
+    for p, key in enumerate(specs.source.keys):
+        assert specs._builder.encoder(specs.source, p).tokens.tolist() == [
+            *tok(bodies[str(key)]),
+            EOD,
+        ]

@@ -4,6 +4,8 @@ limit, failed or cut copies never used, a full disk named (real ENOSPC from /dev
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from datapath_helpers import fields, loader
 from fcp_data.errors import DataError
 from fcp_data.readers import LengthIndex, build_index
 from fcp_data.readers.cache import CacheFullError, ShardCache
+from fcp_data.readers.index_format import ChecksumMismatchError
 from fcp_data.readers.text import load_counter
 
 
@@ -35,7 +38,8 @@ def test_pipe_shards_load_through_the_cache_like_local(
             fields(mb)
             for mb in loader(local, 2, r, cost, store=False, tokenizer=str(bpe_file), cap=cap)
         ]
-        ld = loader(pipe_index.path, 2, r, cost, store=False, tokenizer=str(bpe_file), cap=cap)
+        piped = LengthIndex.open(pipe_index.path, allow_pipe=True)  # our own commands
+        ld = loader(piped, 2, r, cost, store=False, tokenizer=str(bpe_file), cap=cap)
         ld.source.shard_cache = cache
         got = [fields(mb) for mb in ld]
         for a, b in zip(want, got, strict=True):
@@ -70,3 +74,85 @@ def test_a_full_disk_is_named_and_no_partial_copy_stays(tmp_path: Path, text_sha
         cache.get(url)
     assert str(cache.directory) in str(err.value) and not dest.exists()
     assert list(Path(cache.directory).iterdir()) == []
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a container's init may never reap a killed grandchild)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _pipe_index(url: str, out: Path, bpe_file: Path, stall_s: float = 60.0) -> LengthIndex:
+    from fcp_data.readers import ScanConfig
+
+    index = build_index(
+        [url],
+        out,
+        config=ScanConfig(stream_timeout_s=stall_s),
+        counter=load_counter(str(bpe_file)),
+    )
+    index = LengthIndex.open(out, allow_pipe=True)
+    return index
+
+
+def test_pipe_shards_are_fingerprinted_and_a_reindexed_shard_gets_a_new_copy(
+    tmp_path: Path, text_shards, bpe_file
+) -> None:
+    shard = tmp_path / "s.tar"
+    shutil.copy(text_shards[0], shard)
+    url = f"pipe:cat {shard}"
+    cache = ShardCache(directory=tmp_path / "c", max_bytes=1 << 30)
+    first = _pipe_index(url, tmp_path / "i1", bpe_file)
+    fp = first.header.shards[0].fingerprint
+    assert fp.startswith("pipe:end=") and "blake2b=" in fp
+    first.shard_cache = cache
+    assert first.read(0) == LengthIndex.open(build_index([str(shard)], tmp_path / "l1").path).read(
+        0
+    )
+    shutil.copy(text_shards[1], shard)  # rewritten, then re-indexed
+    second = _pipe_index(url, tmp_path / "i2", bpe_file)
+    assert second.header.shards[0].fingerprint != fp
+    second.shard_cache = cache
+    local = build_index([str(shard)], tmp_path / "l2")
+    for i in range(len(second)):
+        assert second.read(i) == local.read(i)  # the new bytes, not the old copy's
+    assert len(list(Path(cache.directory).glob("*.tar"))) == 2
+
+
+def test_a_changed_command_output_is_named_once_per_shard(tmp_path, text_shards, bpe_file):
+    shard, log = tmp_path / "s.tar", tmp_path / "runs.log"
+    shutil.copy(text_shards[0], shard)
+    index = _pipe_index(f"pipe:echo run >> {log}; cat {shard}", tmp_path / "idx", bpe_file)
+    index.shard_cache = ShardCache(directory=tmp_path / "c", max_bytes=1 << 30)
+    log.unlink()
+    shutil.copy(text_shards[1], shard)  # not re-indexed: the output differs from the index
+    with pytest.raises(ChecksumMismatchError, match="differs from what index") as err:
+        index.read(0)
+    assert "pipe:echo run" in str(err.value)
+    with pytest.raises(DataError, match="copy failed earlier"):
+        index.read(1)
+    assert log.read_text().count("run") == 1  # the command ran once, not once per sample
+    assert not list(Path(index.shard_cache.directory).glob("*.tar"))
+
+
+def test_a_quiet_command_is_killed_and_bounded_once_per_shard(tmp_path, text_shards, bpe_file):
+    shard, script, pidfile = tmp_path / "s.tar", tmp_path / "cmd.sh", tmp_path / "pid"
+    shutil.copy(text_shards[0], shard)
+    script.write_text(f"cat {shard}\n")
+    index = _pipe_index(f"pipe:sh {script}", tmp_path / "idx", bpe_file, stall_s=1.0)
+    index.shard_cache = ShardCache(directory=tmp_path / "c", max_bytes=1 << 30)
+    script.write_text(f"echo $$ > {pidfile}\nhead -c 3000 {shard}\nsleep 30\n")
+    t = time.monotonic()
+    with pytest.raises(DataError, match=r"no data for 1 s"):
+        index.read(0)
+    assert time.monotonic() - t < 5.0
+    pid = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert not _running(pid)  # the command was killed, not left running
+    t = time.monotonic()
+    with pytest.raises(DataError, match="copy failed earlier"):
+        index.read(5)
+    assert time.monotonic() - t < 0.5  # the other samples of the shard fail at once

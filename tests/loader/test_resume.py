@@ -30,7 +30,7 @@ def test_resume_at_several_points_equals_uninterrupted(index, cost) -> None:
         state = first.state_dict()
         mid_batch_cuts += state["wave"] > 0
         assert set(state) >= {"epoch", "batch", "wave", "seed"}
-        fingerprints = {"source_fingerprint", "sampler"}
+        fingerprints = {"source_fingerprint", "sampler", "plan"}
         assert all(isinstance(v, int) for k, v in state.items() if k not in fingerprints)
         assert all(isinstance(state[k], str) and state[k] for k in fingerprints)
         second = make_loaders(index, cost, 4, seed=999)[1]  # seed comes from the state

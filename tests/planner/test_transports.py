@@ -54,14 +54,29 @@ def test_head_parallel_degrees_follow_the_heads():
 
 
 def test_a2a_bytes_count_every_tensor():
-    # D * (4H a + 2 max(H_kv, u) (a + 4)): Q, O, dO, dQ in the activation dtype, K, V forward
-    # in it and dK, dV back in fp32
-    assert a2a_bytes_per_token(heads=32, kv_heads=8, head_dim=128, ulysses=2) == 128 * (
-        4 * 32 * 2 + 2 * 8 * 6
-    )
+    # 4 (H + max(H_kv, u)) D a: Q, K, V out and O back forward, dO out and dQ, dK, dV back
+    assert a2a_bytes_per_token(heads=32, kv_heads=8, head_dim=128, ulysses=2) == 4 * 40 * 128 * 2
     # u = 16 > 8 KV heads: each member gets one replicated KV head of 16
-    assert a2a_bytes_per_token(heads=32, kv_heads=8, head_dim=128, ulysses=16) == 128 * (
-        4 * 32 * 2 + 2 * 16 * 6
+    assert a2a_bytes_per_token(heads=32, kv_heads=8, head_dim=128, ulysses=16) == 4 * 48 * 256
+
+
+@pytest.mark.parametrize("heads,kv,u", [(32, 8, 2), (32, 8, 8), (32, 8, 32), (12, 2, 4), (4, 4, 2)])
+def test_the_planner_charges_the_bytes_the_transport_sends(heads, kv, u):
+    """fcp_exec.transport_bytes is checked against bytes counted on the real all-to-all and
+    ring calls (tests/exec/test_ulysses.py); the planner's terms must equal it."""
+    from fcp_data.planner.cost import ring_bytes_per_token
+    from fcp_exec.transport_bytes import a2a_bytes_per_token as sent_a2a
+    from fcp_exec.transport_bytes import hybrid_ring_bytes_per_token as sent_ring
+
+    planned = a2a_bytes_per_token(heads=heads, kv_heads=kv, head_dim=64, ulysses=u, layers=3)
+    assert (u - 1) / u * planned == pytest.approx(
+        sent_a2a(heads=heads, kv_heads=kv, head_dim=64, ulysses=u, layers=3)
+    )
+    r, d = 3, 3 * u
+    # per local token the ring sends (r - 1) x share x alpha3 x d / r (its r-shard of u d/d)
+    alpha3 = ring_bytes_per_token(kv_heads=kv, head_dim=64, layers=3)
+    assert (r - 1) / r * ring_share(kv, u) * alpha3 * d == pytest.approx(
+        sent_ring(kv_heads=kv, head_dim=64, ulysses=u, ring_degree=r, layers=3)
     )
 
 
@@ -256,3 +271,15 @@ def test_the_viewer_draws_each_groups_transport(hybrid):
     wide = next(b for b in bars if b.ulysses > 1)
     assert wide.transport == f"{wide.ulysses}×{wide.degree // wide.ulysses}"
     assert wide.transport in label_for(wide, 1e4, 1e3)
+
+
+@settings(max_examples=20, deadline=None)
+@given(problems())
+def test_transports_never_make_a_plan_slower(prob):
+    lens, causal, (n, rpn, cap, speed), cost = prob
+    hybrid = _slow_links(dataclasses.replace(cost, **_terms(cost)), factor=20.0)
+    ring = dataclasses.replace(hybrid, head_parallel=(), a2a_bytes=(), ring_shares=())
+    cluster = Cluster(n, replicas_per_node=rpn, tokens_per_replica=cap, speed=speed)
+    with_t = plan_global_batch(lens, cluster, hybrid, causal=causal, on_too_long="drop")
+    without = plan_global_batch(lens, cluster, ring, causal=causal, on_too_long="drop")
+    assert with_t.predicted_time <= without.predicted_time * (1 + 1e-12)

@@ -36,6 +36,7 @@ def test_index_options_frozen() -> None:
         "--probe-backend",
         "--probe-timeout",
         "--stream-timeout",
+        "--stream-max-bytes",
         "--workers",
         "--store-tokens",
     }

@@ -1,0 +1,249 @@
+"""Which `next_text` convention the installed transformers' `get_rope_index` follows, by behaviour.
+
+Qwen's fine-tuning code and transformers 4.x start the text after a video at max(video ids) + 1;
+transformers 5.x's `get_rope_index` starts it at start + max(h, w) (merged grid). A model trained
+on one and run (its own forward, generation) on the other sees different positions after every
+long video: with the README's VLM loop on transformers 5.x, the old "max+1" default gave
+gradients 1.6e-1 off and a loss 2e-7 off the model's own forward (a tester's measurement), with
+no error anywhere. So `VisionOptions(next_text="auto")`, the default,
+runs the installed model class's own rope-index function once per process on a tiny synthetic
+video (12 tubelets at interval 2 on a 2 x 2 merged grid: the last temporal id is s + 22, the
+spatial extent s + 2, so the two conventions put the next text at s + 23 and s + 2) and takes
+the convention whose ids equal it. No version string is read: a patched or future transformers
+is judged by what it computes.
+
+* "auto" and a convention matches: that convention, stated once per process (log, INFO).
+* "auto" and neither matches: `ConfigError` naming the transformers version and the first
+  differing id (fcp cannot reproduce it; train with an explicit choice at your own risk).
+* "auto" and transformers (or the model class) is not importable: "max+1" (Qwen's code), with
+  one WARNING saying so.
+* an explicit "max+1" / "spatial": used as given; one WARNING when transformers computes the
+  other convention (the model's own forward will see other positions).
+* Qwen3-VL (every temporal group is its own run with t = 1) and InternVL (1-D positions): the
+  conventions give the same ids, nothing is probed.
+
+The probe costs one import of the model module (seconds, once) and a forward-free call on a
+60-token input (milliseconds). The loader resolves it in the main process before its workers
+start, so workers never probe (fcp_data.loader.dataloader).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..readers.rules_base import VisionTokens
+from .options import FamilySpec, VisionOptions
+from .positions import NEXT_TEXT, mrope_positions
+from .template import MediaLayout
+
+__all__ = [
+    "RopeProbe",
+    "probe_next_text",
+    "resolve_next_text",
+    "resolve_vision_options",
+    "transformers_next_text",
+]
+
+_LOG = logging.getLogger(__name__)
+
+# the synthetic probe: 3 text ids, <vision_start>, 12 tubelets x 4 merged tokens, <vision_end>,
+# 3 text ids; at interval 2 (Qwen2.5-VL) or 1 (Qwen2-VL) the conventions differ after the video
+PROBE_GRID = (12, 4, 4)  # (tubelets, patch rows, patch cols); merged 2 x 2
+PROBE_PREFIX, PROBE_SUFFIX = 4, 4  # text before the pads (incl. vision_start), after (incl. end)
+PROBE_TOKENS_PER_SECOND = 2
+
+# the transformers model class whose get_rope_index each rule's checkpoints run
+MODEL_CLASSES = {
+    "qwen2-vl": ("Qwen2VLConfig", "Qwen2VLModel"),
+    "qwen2.5-vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLModel"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RopeProbe:
+    """What the installed transformers computed on the probe: the matching conventions."""
+
+    rule: str
+    version: str
+    matches: tuple[str, ...]  # conventions of NEXT_TEXT whose ids equal transformers'
+    detail: str  # first differing id per convention, for the error message
+
+
+def _rule_of(spec: FamilySpec) -> str | None:
+    """The probed rule a family spec stands for (None: the conventions cannot differ)."""
+    if spec.rope != "mrope":
+        return None  # Qwen3-VL runs have t = 1 (max+1 == spatial); InternVL is 1-D
+    return "qwen2.5-vl" if spec.time_scaled else "qwen2-vl"
+
+
+def _probe_layout(interval: float) -> tuple[int, list[MediaLayout], float]:
+    t, h, w = PROBE_GRID
+    per = h * w // 4
+    vt = VisionTokens(
+        vision=t * per, special=2, frame_indices=(), resized=(h * 14, w * 14), grid=(t, h, w)
+    )
+    lay = MediaLayout(
+        kind=2,
+        family="qwen",
+        unit_tokens=per,
+        unit_starts=np.arange(PROBE_PREFIX, PROBE_PREFIX + t * per, per),
+        pad_runs=((PROBE_PREFIX, 0, t),),
+        vt=vt,
+    )
+    return PROBE_PREFIX + t * per + PROBE_SUFFIX, [lay], interval
+
+
+def probe_next_text(model: Any, rule: str, version: str = "?") -> RopeProbe:
+    """Run `model.get_rope_index` on the probe video and compare it with each convention.
+
+    `model` is any object with the transformers method (5.x signature with `mm_token_type_ids`,
+    or 4.x with vision-start/video-pad ids read from `model.config`); tests pass stand-ins.
+    """
+    import torch
+
+    interval = float(PROBE_TOKENS_PER_SECOND) if rule == "qwen2.5-vl" else 1.0
+    length, layouts, interval = _probe_layout(interval)
+    t, h, w = PROBE_GRID
+    n_pad = layouts[0].vt.vision
+    cfg = getattr(model, "config", None)
+    vid = int(getattr(cfg, "video_token_id", 2) or 2)
+    start = int(getattr(cfg, "vision_start_token_id", 3) or 3)
+    ids = torch.zeros(1, length, dtype=torch.long)
+    ids[0, PROBE_PREFIX - 1] = start
+    ids[0, PROBE_PREFIX : PROBE_PREFIX + n_pad] = vid
+    types = torch.zeros(1, length, dtype=torch.long)
+    types[0, PROBE_PREFIX : PROBE_PREFIX + n_pad] = 2
+    kwargs: dict[str, Any] = {"video_grid_thw": torch.tensor([[t, h, w]])}
+    fn = model.get_rope_index
+    params = inspect.signature(fn).parameters
+    if "second_per_grid_ts" in params:
+        kwargs["second_per_grid_ts"] = torch.tensor([1.0])
+    if "mm_token_type_ids" in params:
+        kwargs["mm_token_type_ids"] = types
+    got = fn(ids, **kwargs)
+    got = got[0] if isinstance(got, tuple) else got
+    theirs = np.asarray(got[:, 0].cpu().numpy(), dtype=np.int64)
+    matches, detail = [], []
+    for mode in NEXT_TEXT:
+        ours = mrope_positions(length, layouts, interval=interval, next_text=mode)
+        if ours.shape == theirs.shape and np.array_equal(ours, theirs):
+            matches.append(mode)
+            continue
+        if ours.shape != theirs.shape:
+            detail.append(f"{mode}: shape {ours.shape} vs {theirs.shape}")
+            continue
+        i = int(np.flatnonzero((ours != theirs).any(axis=0))[0])
+        detail.append(
+            f"{mode}: token {i} ours {ours[:, i].tolist()} theirs {theirs[:, i].tolist()}"
+        )
+    return RopeProbe(rule=rule, version=version, matches=tuple(matches), detail="; ".join(detail))
+
+
+def _build_model(rule: str) -> tuple[Any, str]:
+    """A weightless (meta-device) tiny model of the rule's transformers class, and the version."""
+    import torch
+    import transformers
+
+    cfg_name, model_name = MODEL_CLASSES[rule]
+    cfg_cls, model_cls = getattr(transformers, cfg_name), getattr(transformers, model_name)
+    text = dict(
+        hidden_size=8,
+        intermediate_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        rope_scaling={"type": "mrope", "mrope_section": [2, 1, 1]},
+    )
+    vision: dict[str, Any] = dict(depth=1, hidden_size=8, num_heads=1)
+    if rule == "qwen2.5-vl":
+        vision.update(
+            intermediate_size=8,
+            out_hidden_size=8,
+            tokens_per_second=PROBE_TOKENS_PER_SECOND,
+            fullatt_block_indexes=[0],
+        )
+    else:
+        vision.update(embed_dim=8, mlp_ratio=1)
+    cfg = cfg_cls(text_config=text, vision_config=vision)
+    with torch.device("meta"):  # get_rope_index reads only the config: allocate nothing
+        model = model_cls(cfg)
+    return model, str(transformers.__version__)
+
+
+@functools.cache  # once per process and rule: the import is seconds, the answer never changes
+def transformers_next_text(rule: str) -> RopeProbe | str:
+    """The installed transformers' convention for `rule` (a RopeProbe), or why it is unknown."""
+    try:
+        model, version = _build_model(rule)
+    except (ImportError, AttributeError, TypeError, ValueError, RuntimeError) as exc:
+        return f"transformers' {MODEL_CLASSES[rule][1]} is not usable here ({exc!r})"
+    try:
+        return probe_next_text(model, rule, version)
+    except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, StopIteration) as exc:
+        return f"transformers {version} get_rope_index failed on the probe ({exc!r})"
+
+
+@functools.cache  # the statement is made once per process and (rule, choice)
+def _state(rule: str, level: int, message: str) -> None:
+    _LOG.log(level, "%s", message)
+
+
+def resolve_next_text(choice: str, spec: FamilySpec) -> str:
+    """The concrete convention for `choice` ("auto", "max+1", "spatial") on `spec`'s family."""
+    if choice not in ("auto", *NEXT_TEXT):
+        raise ConfigError(
+            f"VisionOptions(next_text={choice!r}); allowed: auto, {', '.join(NEXT_TEXT)}"
+        )
+    rule = _rule_of(spec)
+    if rule is None:  # the conventions give the same ids: nothing to decide
+        return "max+1" if choice == "auto" else choice
+    probe = transformers_next_text(rule)
+    if isinstance(probe, str):  # transformers unknown here
+        if choice == "auto":
+            _state(
+                rule,
+                logging.WARNING,
+                f"fcp {rule}: {probe}; VisionOptions(next_text='auto') uses 'max+1' (Qwen's "
+                "fine-tuning code). Set next_text explicitly to the convention your model runs.",
+            )
+            return "max+1"
+        return choice
+    if choice == "auto":
+        if not probe.matches:
+            raise ConfigError(
+                f"VisionOptions(next_text='auto'): transformers {probe.version} "
+                f"{MODEL_CLASSES[rule][1]}.get_rope_index matches neither 'max+1' nor 'spatial' "
+                f"on a 12-tubelet probe video ({probe.detail}); fcp cannot reproduce its "
+                "positions. Pass next_text='max+1' or 'spatial' explicitly to train anyway."
+            )
+        chosen = probe.matches[0]
+        _state(
+            rule,
+            logging.INFO,
+            f"fcp {rule}: M-RoPE next_text={chosen!r}, what the installed transformers "
+            f"{probe.version} get_rope_index computes (checked on a probe video)",
+        )
+        return chosen
+    if choice not in probe.matches:
+        other = probe.matches[0] if probe.matches else "neither convention"
+        _state(
+            rule,
+            logging.WARNING,
+            f"fcp {rule}: VisionOptions(next_text={choice!r}) differs from the installed "
+            f"transformers {probe.version} get_rope_index ({other}): positions after each video "
+            "differ from what the model's own forward computes. Use next_text='auto' to follow it.",
+        )
+    return choice
+
+
+def resolve_vision_options(options: VisionOptions, spec: FamilySpec) -> VisionOptions:
+    """`options` with `next_text` made concrete for `spec` (a copy; the input is untouched)."""
+    concrete = resolve_next_text(options.next_text, spec)
+    return options if concrete == options.next_text else replace(options, next_text=concrete)
