@@ -10,9 +10,10 @@ would fire there).
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
+
+from fcp_exec import CPBinding
 
 from ._vlm_job import build_data, make_loader, make_model, run_micro_batch
 
@@ -29,7 +30,8 @@ def test_idle_replica_placeholder_adds_exactly_zero_through_qwen25_vl(tmp_path: 
     assert mb.num_loss_tokens == 0 and mb.global_num_loss_tokens > 0
     model = make_model(tok, seed=3)
     model.set_attn_implementation({"text_config": register_attention()})
-    loss = run_micro_batch(model, mb, SimpleNamespace(ring=(0,), group=None))
+    # what cp_context binds for a wave this replica sits out: a degree-1 ring of itself
+    loss = run_micro_batch(model, mb, CPBinding.of((0,), 0, rank_plan=mb.rank_plan))
     loss.backward()
     assert loss.item() == 0.0
     reached = [n for n, p in model.named_parameters() if p.grad is not None]
