@@ -31,7 +31,13 @@ WAVES = [
     ([(0, 1, 2, 3)], [([37, 9, 1], [True, True, True])]),
     ([(0, 2), (3, 1)], [([21, 4], [True, False]), ([13], [True])]),
     ([(2, 0, 1), (3,)], [([16, 3, 30], [True, True, True]), ([7, 2], [False, True])]),
+    # head-parallel transports (4 heads, 2 query groups): 2 x 2, then all-to-all over 2
+    # beside a ring, then all-to-all over 4 with the K/V heads replicated
+    ([(0, 1, 2, 3)], [([33, 6], [True, False])]),
+    ([(1, 0), (2, 3)], [([19, 5], [True, True]), ([11], [False])]),
+    ([(3, 1, 0, 2)], [([26, 8], [True, True])]),
 ]
+ULYSSES = [(1,), (1, 1), (1, 1), (2,), (2, 1), (4,)]  # per wave, per ring: the transport u
 
 
 def _rank_plan(replica: int, wave: int, ring: tuple[int, ...], seqlens: list[int],
@@ -49,10 +55,10 @@ def _plan() -> Plan:
     waves = tuple(
         Wave(groups=tuple(
             CPGroup(replicas=ring, degree=len(ring), sequence_ids=tuple(range(len(sl))),
-                    seqlens=tuple(sl), causal=tuple(cz), predicted_time=0.0)
-            for ring, (sl, cz) in zip(rings, seqs)
+                    seqlens=tuple(sl), causal=tuple(cz), predicted_time=0.0, ulysses=u)
+            for ring, (sl, cz), u in zip(rings, seqs, us, strict=True)
         ))
-        for rings, seqs in WAVES
+        for (rings, seqs), us in zip(WAVES, ULYSSES, strict=True)
     )  # fmt: skip
     return Plan(num_replicas=4, waves=waves, predicted_time=0.0, lower_bound=0.0,
                 strategy="test", winner="test").with_digest()  # fmt: skip
@@ -162,7 +168,10 @@ def _check_context(rank: int, cache: CPGroupCache) -> None:
     plan = _plan()  # a pinned batch: nothing of it is evicted even past the soft bound
     auto = CPGroupCache(ReplicaRanks(world_size=4))
     auto.prepare_plan(plan)
-    assert auto.groups_needed(plan) == len(auto) == 5 and auto.evicted == 0
+    # groups are keyed by their rank set: {0,1,2,3}, {0,2}, {1,3}, {0,1,2}, {3}, {0,1}, {2,3}:
+    # the 2 x 2 group's all-to-all blocks {0,1} and {2,3} and the pure all-to-all groups'
+    # blocks (the groups themselves) are sets the plan's rings already have
+    assert auto.groups_needed(plan) == len(auto) == 7 and auto.evicted == 0
     auto.clear()
     if rank == 0:
         print(
