@@ -3,6 +3,10 @@
     python examples/train_fsdp.py                          # 2 replicas on this host (torchrun)
     python examples/train_fsdp.py --replicas 4 --hsdp      # 2-D mesh: 2 replicate x 2 shard
     torchrun --nproc-per-node 8 examples/train_fsdp.py --hsdp --shard-size 8 --device cuda
+    python examples/train_fsdp.py --index out/index --tokenizer out/tokenizer.json \
+        --cost my-profile.json --checkpoint ckpt            # your data, tokenizer and profile
+    python examples/train_fsdp.py --index out/index --tokenizer out/tokenizer.json \
+        --resume ckpt --checkpoint ckpt                     # continue where ckpt stopped
 
 One process per replica; world size, rank and rendezvous come from torchrun's environment, and
 without it the script starts torchrun on this host. Attention is fcp's ring attention
@@ -13,14 +17,22 @@ shrink every step by the number of ranks. Layers are activation-checkpointed (tr
 own, which FSDP2's hooks stay outside of). Every micro-batch runs, the placeholder of a replica
 that sits a wave out included: FSDP all-gathers each layer in the forward, so a rank that
 skipped one would leave the others waiting. Without --index, rank 0 writes and indexes text
-shards (ids: 4 utf-8 bytes to a token, exactly the index's default `bytes:4` count). CPU/gloo;
-`--device cuda` (NCCL, one GPU per process by LOCAL_RANK) was not run on hardware here.
+shards (ids: 4 utf-8 bytes to a token, exactly the index's default `bytes:4` count);
+`--tokenizer` (the tokenizer.json or directory your index was counted with) replaces that and
+sizes the vocabulary; `--cost` plans with your profile, a shipped name or MODEL@HARDWARE.
+Every step prints its plan, wall time, tokens/s and the time it waited for data; the run
+closes with a summary. `--checkpoint DIR` saves the sharded model and optimizer
+(torch.distributed.checkpoint) and the loader's `state_dict()` after the last step;
+`--resume DIR` loads them and continues with exactly the batch an uninterrupted run would have
+trained next (same world size). CPU/gloo; `--device cuda` (NCCL, one GPU per process by
+LOCAL_RANK) was not run on hardware here.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -58,7 +70,48 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1, help="DataLoader workers per replica")
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--tokenizer", help="the tokenizer the index was counted with (tokenizer.json "
+                   "or a directory); default: 4 bytes a token, the index's bytes:4")  # fmt: skip
+    p.add_argument("--cost", default="cpu-small", help="cost model the planner uses: a profile "
+                   "JSON, a shipped name (cpu-small) or MODEL@HARDWARE, qwen3-8b@h200")  # fmt: skip
+    p.add_argument("--checkpoint", help="directory to save model, optimizer and loader state "
+                   "in after the last step")  # fmt: skip
+    p.add_argument("--resume", help="directory of a --checkpoint to continue from")
     return p.parse_args(argv)
+
+
+def load_cost(spec: str) -> object:
+    """--cost: a profile file or shipped name, else MODEL@HARDWARE of the analytic presets."""
+    from fcp_data.planner import CostModel
+    from fcp_data.profiling import resolve_cost
+
+    if "@" in spec and not Path(spec).exists():
+        model, _, hardware = spec.partition("@")
+        return CostModel.from_model(model, hardware)
+    return CostModel.load(resolve_cost(spec))
+
+
+def load_tokenizer(spec: str | None) -> tuple[object, int, int]:
+    """(tokenizer, model vocabulary, eod id) for --tokenizer: eod sits just above the
+    tokenizer's own ids (the index never counts special tokens; the loader appends eod)."""
+    if spec is None:
+        return bytes4_ids, 512, EOD
+    from fcp_data.readers.text import as_tokenizer
+
+    tok = as_tokenizer(spec)
+    fast = getattr(tok, "fast", None)
+    inner = fast.tokenizer if fast is not None else tok.tokenizer
+    size = inner.get_vocab_size() if hasattr(inner, "get_vocab_size") else len(inner)
+    return tok, -(-(size + 1) // 64) * 64, size
+
+
+def checkpoint_states(model: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
+    """The sharded model and optimizer states (DTensors) as torch.distributed.checkpoint
+    saves and loads them: every rank writes and reads only its own shards."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    return {"model": model_sd, "optimizer": optim_sd}
 
 
 def sample_index(out: Path) -> None:
@@ -86,7 +139,7 @@ def build_mesh(args: argparse.Namespace, world: int, device: torch.device) -> An
     return init_device_mesh(device.type, shape, mesh_dim_names=("replicate", "shard"))
 
 
-def build_model(mesh: Any, device: torch.device) -> torch.nn.Module:
+def build_model(mesh: Any, device: torch.device, vocab: int = 512) -> torch.nn.Module:
     """A 2-layer Qwen3 (hidden 64), fcp ring attention, checkpointed and fully_shard-ed."""
     import transformers
 
@@ -96,7 +149,7 @@ def build_model(mesh: Any, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(0)  # the same initial weights on every replica
     config = transformers.Qwen3Config(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, vocab_size=512, max_position_embeddings=1 << 16,
+        num_key_value_heads=2, head_dim=16, vocab_size=vocab, max_position_embeddings=1 << 16,
         bos_token_id=0, eos_token_id=EOD, attn_implementation=register_attention(),
     )  # fmt: skip
     model = transformers.Qwen3ForCausalLM(config).float().to(device)
@@ -110,26 +163,48 @@ def build_model(mesh: Any, device: torch.device) -> torch.nn.Module:
 def train(args: argparse.Namespace, rank: int, world: int, device: torch.device) -> list[dict]:
     from fcp_data import FCPDataLoader
     from fcp_data.loader import LoaderOptions
-    from fcp_data.planner import Cluster, CostModel
-    from fcp_data.profiling import shipped_profile
+    from fcp_data.planner import Cluster
     from fcp_exec import CPGroupCache, ReplicaRanks, cp_context
     from fcp_exec.hf import hf_attention_kwargs, hf_position_ids
 
     groups = CPGroupCache(ReplicaRanks(world_size=world))
-    model = build_model(build_mesh(args, world, device), device)
+    tokenizer, vocab, eod = load_tokenizer(args.tokenizer)
+    model = build_model(build_mesh(args, world, device), device, vocab)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     loader = FCPDataLoader(
         args.index, cluster=Cluster(world, tokens_per_replica=args.tokens_per_replica),
-        cost=CostModel.load(shipped_profile("cpu-small")), replica=rank, num_workers=args.workers,
-        global_batch_size=args.global_batch, tokenizer=bytes4_ids,
-        options=LoaderOptions(eod_id=EOD, on_too_long="drop"),  # Cluster: idle="placeholder"
+        cost=load_cost(args.cost), replica=rank, num_workers=args.workers,
+        global_batch_size=args.global_batch, tokenizer=tokenizer,
+        options=LoaderOptions(eod_id=eod, on_too_long="drop"),  # Cluster: idle="placeholder"
     )  # fmt: skip
+    done = 0  # steps of earlier runs (--resume)
+    if args.resume:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        meta = json.loads((Path(args.resume) / "loader.json").read_text())
+        if meta["world_size"] != world:
+            raise SystemExit(f"--resume {args.resume} was saved by {meta['world_size']} "
+                             f"processes, this run has {world}")  # fmt: skip
+        states = checkpoint_states(model, optimizer)
+        dcp.load(states, checkpoint_id=str(Path(args.resume) / "model"))
+        set_state_dict(model, optimizer, model_state_dict=states["model"],
+                       optim_state_dict=states["optimizer"])  # fmt: skip
+        loader.load_state_dict(meta["loader"])  # exact: the next micro-batch it would yield
+        done = meta["steps"]
     records: list[dict] = []
-    loss, idle, t_step, epoch = torch.zeros((), device=device), 0, time.perf_counter(), 0
-    while len(records) < args.steps:  # epochs back to back
+    loss, idle, t_step, epoch = torch.zeros((), device=device), 0, time.perf_counter(), loader.epoch
+    wait = 0.0
+    while len(records) < args.steps:  # epochs back to back (from the resumed one)
         loader.set_epoch(epoch)
         epoch += 1
-        for mb in loader:
+        it = iter(loader)
+        while True:
+            t_wait = time.perf_counter()
+            mb = next(it, None)  # blocked here = waiting for data
+            wait += time.perf_counter() - t_wait
+            if mb is None:
+                break
             with cp_context(mb.rank_plan, groups=groups, wave_groups=mb.wave_groups) as cp:
                 mb = mb.to(device)  # every micro-batch runs: FSDP gathers layers in forward
                 logits = model(
@@ -148,35 +223,55 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                 continue
             optimizer.step()  # the gradients are already summed: no all_reduce_gradients
             optimizer.zero_grad(set_to_none=True)
-            stats = torch.tensor([float(loss), idle, time.perf_counter() - t_step], device=device)
+            stats = torch.tensor([float(loss), idle, time.perf_counter() - t_step, wait],
+                                 device=device)  # fmt: skip
             dist.all_reduce(stats[:2])  # the global per-token loss, placeholders run
             dist.all_reduce(stats[2:], op=dist.ReduceOp.MAX)  # the slowest replica
             m = loader.metrics
             r = {"loss": float(stats[0]), "idle": int(stats[1]), "waves": m.num_waves,
                  "tokens": mb.global_num_loss_tokens, "dropped": len(m.skipped),
-                 "degrees": sorted(m.degrees, reverse=True), "wall": float(stats[2])}  # fmt: skip
+                 "degrees": sorted(m.degrees, reverse=True), "wall": float(stats[2]),
+                 "wait": float(stats[3]), "all_tokens": m.num_tokens}  # fmt: skip
             records.append(r)
             if rank == 0:
                 print(
-                    f"step {len(records)}: loss {r['loss']:.4f} | {r['tokens']} loss tokens, "
-                    f"{r['waves']} wave(s), degrees {r['degrees']}, {r['idle']} placeholder "
-                    f"micro-batch(es) | {r['wall']:.3f} s",
+                    f"step {done + len(records)}: loss {r['loss']:.4f} | {r['tokens']} loss "
+                    f"tokens, {r['waves']} wave(s), degrees {r['degrees']}, {r['idle']} "
+                    f"placeholder micro-batch(es) | {r['wall']:.3f} s, "
+                    f"{r['all_tokens'] / r['wall']:,.0f} tokens/s, data wait {r['wait']:.3f} s "
+                    f"| epoch {m.epoch} batch {m.batch_index}",
                     flush=True,
                 )
-            loss, idle, t_step = torch.zeros((), device=device), 0, time.perf_counter()
+            loss, idle, t_step, wait = torch.zeros((), device=device), 0, time.perf_counter(), 0.0
             if len(records) == args.steps:
                 break
     groups.clear()
+    if args.checkpoint:
+        import torch.distributed.checkpoint as dcp
+
+        out = Path(args.checkpoint)
+        dcp.save(checkpoint_states(model, optimizer), checkpoint_id=str(out / "model"))
+        if rank == 0:  # the loader state is the same on every replica: a few integers
+            meta = {"loader": loader.state_dict(), "steps": done + len(records),
+                    "world_size": world}  # fmt: skip
+            tmp = out / ".loader.json.partial"
+            tmp.write_text(json.dumps(meta, indent=1))
+            os.replace(tmp, out / "loader.json")
+            print(f"saved model, optimizer and loader state after step {meta['steps']} to "
+                  f"{out}", flush=True)  # fmt: skip
     return records
 
 
 def summary(records: list[dict], world: int, layout: str) -> str:
     tokens, wall = sum(r["tokens"] for r in records), sum(r["wall"] for r in records)
+    wait, every = sum(r["wait"] for r in records), sum(r["all_tokens"] for r in records)
     return (
         f"{len(records)} steps on {world} replicas ({layout}): loss {records[0]['loss']:.4f} -> "
         f"{records[-1]['loss']:.4f}; {tokens / wall:,.0f} loss tokens/s; "
         f"{sum(r['idle'] for r in records)} placeholder micro-batches; "
-        f"{sum(r['dropped'] for r in records)} samples too long for the cluster left out"
+        f"{sum(r['dropped'] for r in records)} samples too long for the cluster left out; "
+        f"wall {wall:.2f} s, {every / wall:,.0f} tokens/s, waited {wait:.2f} s for data "
+        f"({wait / wall:.0%} of the wall time)"
     )
 
 

@@ -6,6 +6,10 @@
     python examples/train_megatron.py --pp 2                       # megatron's 1F1B schedule
     python examples/train_megatron.py --distributed-optimizer      # megatron DDP + ZeRO-1
     torchrun --nproc-per-node 4 examples/train_megatron.py --index out/index
+    python examples/train_megatron.py --index out/index --tokenizer out/tokenizer.json \
+        --cost my-profile.json --checkpoint ckpt        # your data, tokenizer and profile
+    python examples/train_megatron.py --index out/index --tokenizer out/tokenizer.json \
+        --resume ckpt --checkpoint ckpt                 # continue where ckpt stopped
 
 A replica is TP x PP processes (megatron's rank order, TP fastest); world size, rank and
 rendezvous come from torchrun's environment, and without it the script starts torchrun on this
@@ -17,8 +21,19 @@ group of the batch was created (`CPGroupCache.prepare_batch`). The loss is divid
 global batch's loss-token count, so gradients are SUMMED over replicas (all_reduce_gradients).
 Without --index, rank 0 writes and indexes sample shards (stdlib text, small mp4 clips). Text
 becomes ids 4 bytes to a token (exactly the index's default `bytes:4` count); video enters as
-placeholder ids. The model has the shape of the shipped `cpu-small` cost profile. CPU/gloo;
-`--device cuda` (NCCL, one GPU per process by LOCAL_RANK) was not run on hardware here.
+placeholder ids; `--tokenizer` (the tokenizer.json or directory your index was counted with)
+replaces that, and the model's vocabulary grows to fit it. `--cost` plans with your profile
+(`fcp profile -o FILE`, or a shipped name such as cpu-small) or a model preset on a hardware
+preset (`qwen3-8b@h200`). The model has the shape of the shipped `cpu-small` cost profile.
+
+Every step prints its plan, the predicted and measured forward+backward time, the step's wall
+time, tokens/s and the time it waited for data (blocked on the loader: planning and loading
+that did not overlap compute); the run closes with a summary. `--checkpoint DIR` saves, after
+the last step, each rank's model and optimizer state with the loader's `state_dict()` (a few
+integers: where the next micro-batch comes from); `--resume DIR` loads them, so the run
+continues with exactly the batch an uninterrupted run would have trained next (same replicas
+and layout; `--steps` counts the steps of this run). CPU/gloo; `--device cuda` (NCCL, one GPU
+per process by LOCAL_RANK) was not run on hardware here.
 """
 
 from __future__ import annotations
@@ -26,6 +41,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -65,10 +82,56 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sequence-parallel", action="store_true", help="megatron SP (needs TP > 1)")
     p.add_argument("--distributed-optimizer", action="store_true",
                    help="megatron DDP (overlapped buckets) + distributed optimizer")  # fmt: skip
+    p.add_argument("--tokenizer", help="the tokenizer the index was counted with (tokenizer.json "
+                   "or a directory); default: 4 bytes a token, the index's bytes:4")  # fmt: skip
+    p.add_argument("--cost", default="cpu-small", help="cost model the planner uses: a profile "
+                   "JSON, a shipped name (cpu-small) or MODEL@HARDWARE, qwen3-8b@h200")  # fmt: skip
+    p.add_argument("--checkpoint", help="directory to save model, optimizer and loader state "
+                   "in after the last step")  # fmt: skip
+    p.add_argument("--resume", help="directory of a --checkpoint to continue from")
     args = p.parse_args(argv)
     if args.sequence_parallel and args.tp == 1:
         p.error("--sequence-parallel needs --tp > 1")
+    if args.distributed_optimizer and (args.checkpoint or args.resume):
+        p.error(
+            "--checkpoint/--resume save torch optimizer state; the distributed optimizer "
+            "needs megatron's sharded checkpoints, which this example does not write"
+        )
     return args
+
+
+def load_cost(spec: str) -> object:
+    """--cost: a profile file or shipped name, else MODEL@HARDWARE of the analytic presets."""
+    from fcp_data.planner import CostModel
+    from fcp_data.profiling import resolve_cost
+
+    if "@" in spec and not Path(spec).exists():
+        model, _, hardware = spec.partition("@")
+        return CostModel.from_model(model, hardware)
+    return CostModel.load(resolve_cost(spec))
+
+
+def load_tokenizer(spec: str | None) -> tuple[object, int | None, tuple[int, int, int]]:
+    """(tokenizer, model vocabulary or None for the shape's, (eod, special, vision) ids).
+
+    The index counted the tokenizer's own ids, never special tokens; the loader appends eod,
+    and the three extra ids sit just above the tokenizer's vocabulary so that none collides
+    with text. The vocabulary is rounded up to a multiple of 128 (megatron splits it over TP)."""
+    if spec is None:
+        return bytes4_ids, None, (EOD, SPECIAL, VISION)
+    from fcp_data.readers.text import as_tokenizer
+
+    tok = as_tokenizer(spec)
+    fast = getattr(tok, "fast", None)
+    inner = fast.tokenizer if fast is not None else tok.tokenizer
+    size = inner.get_vocab_size() if hasattr(inner, "get_vocab_size") else len(inner)
+    return tok, -(-(size + 3) // 128) * 128, (size, size + 1, size + 2)
+
+
+def keys_digest(batch: list) -> str:
+    """A short hash of the sample keys this rank's micro-batches of one global batch hold."""
+    keys = ",".join(k for mb in batch for k in mb.keys)
+    return hashlib.blake2b(keys.encode(), digest_size=6).hexdigest()
 
 
 def sample_index(out: Path) -> None:
@@ -79,7 +142,8 @@ def sample_index(out: Path) -> None:
     build_index([str(s) for s in shards], out / "index")
 
 
-def build_model(args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
+def build_model(args: argparse.Namespace, device: torch.device,
+                vocab: int | None = None) -> torch.nn.Module:  # fmt: skip
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -100,7 +164,7 @@ def build_model(args: argparse.Namespace, device: torch.device) -> torch.nn.Modu
         calculate_per_token_loss=True,  # the schedule must not divide fcp's loss again
     )  # fmt: skip
     model = GPTModel(config=config, transformer_layer_spec=fcp_gpt_spec(config),
-                     vocab_size=s.vocab, max_sequence_length=1 << 16,
+                     vocab_size=vocab or s.vocab, max_sequence_length=1 << 16,
                      position_embedding_type="rope", pg_collection=fcp_process_groups(),
                      pre_process=parallel_state.is_pipeline_first_stage(),
                      post_process=parallel_state.is_pipeline_last_stage())  # fmt: skip
@@ -159,8 +223,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
 
     from fcp_data import FCPDataLoader
     from fcp_data.loader import LoaderOptions
-    from fcp_data.planner import Cluster, CostModel
-    from fcp_data.profiling import shipped_profile
+    from fcp_data.planner import Cluster
     from fcp_exec import CPGroupCache, ReplicaRanks, all_reduce_gradients
     from fcp_exec.megatron import check_layout
     from fcp_exec.megatron_cpu import cuda_on_cpu
@@ -169,7 +232,8 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     ranks = ReplicaRanks(world_size=world, tensor_parallel=args.tp, pipeline_parallel=args.pp)
     replica = ranks.position(rank)[0]
     groups = CPGroupCache(ranks)
-    model = build_model(args, device)
+    tokenizer, vocab, (eod, special, vision) = load_tokenizer(args.tokenizer)
+    model = build_model(args, device, vocab)
     config = model.config
     if args.distributed_optimizer:  # megatron reduces (a SUM: calculate_per_token_loss=True)
         from megatron.core.distributed import DistributedDataParallel as DDP
@@ -195,20 +259,36 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                       sequence_parallel=args.sequence_parallel)  # fmt: skip
     check_layout(config, cluster, ranks)  # model, planner and ranks agree, or ConfigError
     loader = FCPDataLoader(
-        args.index, cluster=cluster, cost=CostModel.load(shipped_profile("cpu-small")),
+        args.index, cluster=cluster, cost=load_cost(args.cost),
         replica=replica, num_workers=1, global_batch_size=args.global_batch,
-        tokenizer=bytes4_ids,
-        options=LoaderOptions(eod_id=EOD, special_token_id=SPECIAL, vision_token_id=VISION,
+        tokenizer=tokenizer,
+        options=LoaderOptions(eod_id=eod, special_token_id=special, vision_token_id=vision,
                               on_too_long="drop"),  # samples longer than the cluster holds
     )  # fmt: skip
+    done = 0  # steps of earlier runs (--resume)
+    if args.resume:
+        state = torch.load(Path(args.resume) / f"rank-{rank:05d}.pt", weights_only=False)
+        if state["world_size"] != world:
+            raise SystemExit(f"--resume {args.resume} was saved by {state['world_size']} "
+                             f"processes, this run has {world}")  # fmt: skip
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loader.load_state_dict(state["loader"])  # exact: the next micro-batch it would yield
+        done = state["steps"]
     # the loss is counted once per replica: on its last stage, TP rank 0
     counts_loss = parallel_state.is_pipeline_last_stage() and ranks.position(rank)[1] == 0
     records: list[dict] = []
-    batch, t_step, epoch = [], time.perf_counter(), 0
-    while len(records) < args.steps:  # epochs back to back
+    batch, t_step, epoch, wait = [], time.perf_counter(), loader.epoch, 0.0
+    while len(records) < args.steps:  # epochs back to back (from the resumed one)
         loader.set_epoch(epoch)
         epoch += 1
-        for mb in loader:
+        it = iter(loader)
+        while True:
+            t_wait = time.perf_counter()
+            mb = next(it, None)  # blocked here = waiting for data
+            wait += time.perf_counter() - t_wait
+            if mb is None:
+                break
             batch.append(mb)
             if not mb.is_last_wave:
                 continue
@@ -227,38 +307,57 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
             stats = torch.tensor([float(loss) if counts_loss else 0.0, busy,
-                                  time.perf_counter() - t_step])  # fmt: skip
+                                  time.perf_counter() - t_step, wait])  # fmt: skip
             dist.all_reduce(stats[:1])  # the global per-token loss
             dist.all_reduce(stats[1:], op=dist.ReduceOp.MAX)  # the slowest rank
             m = loader.metrics
             r = {"loss": float(stats[0]), "waves": m.num_waves, "predicted": m.predicted_time,
                  "tokens": mb.global_num_loss_tokens, "dropped": len(m.skipped),
                  "degrees": sorted(m.degrees, reverse=True), "measured": float(stats[1]),
-                 "wall": float(stats[2]),
+                 "wall": float(stats[2]), "wait": float(stats[3]), "all_tokens": m.num_tokens,
                  "placeholders": sum(b.is_placeholder for b in batch)}  # fmt: skip
             records.append(r)
             if rank == 0:
                 print(
-                    f"step {len(records)}: loss {r['loss']:.4f} | {r['tokens']} loss tokens, "
-                    f"{r['waves']} wave(s), degrees {r['degrees']} | predicted "
-                    f"{r['predicted']:.3f} s, measured {r['measured']:.3f} s",
+                    f"step {done + len(records)}: loss {r['loss']:.4f} | {r['tokens']} loss "
+                    f"tokens, {r['waves']} wave(s), degrees {r['degrees']} | predicted "
+                    f"{r['predicted']:.3f} s, measured {r['measured']:.3f} s | wall "
+                    f"{r['wall']:.3f} s, {r['all_tokens'] / r['wall']:,.0f} tokens/s, data wait "
+                    f"{r['wait']:.3f} s | epoch {m.epoch} batch {m.batch_index}, keys "
+                    f"{keys_digest(batch)}",
                     flush=True,
                 )
-            batch, t_step = [], time.perf_counter()
+            batch, t_step, wait = [], time.perf_counter(), 0.0
             if len(records) == args.steps:
                 break
     groups.clear()
+    if args.checkpoint:  # every rank its own shard of the model; the loader state is tiny
+        out = Path(args.checkpoint)
+        out.mkdir(parents=True, exist_ok=True)
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "loader": loader.state_dict(), "steps": done + len(records),
+                 "world_size": world}  # fmt: skip
+        tmp = out / f".rank-{rank:05d}.pt.partial"
+        torch.save(state, tmp)
+        os.replace(tmp, out / f"rank-{rank:05d}.pt")  # never a half-written checkpoint
+        if rank == 0:
+            (out / "loader.json").write_text(json.dumps(state["loader"], indent=1))
+            print(f"saved model, optimizer and loader state after step {state['steps']} to "
+                  f"{out}", flush=True)  # fmt: skip
     return records
 
 
 def summary(records: list[dict], world: int) -> str:
     pred, meas = sum(r["predicted"] for r in records), sum(r["measured"] for r in records)
     tokens, wall = sum(r["tokens"] for r in records), sum(r["wall"] for r in records)
+    wait, every = sum(r["wait"] for r in records), sum(r["all_tokens"] for r in records)
     return (
         f"{len(records)} steps on {world} replicas: loss {records[0]['loss']:.4f} -> "
         f"{records[-1]['loss']:.4f}; forward+backward predicted {pred:.2f} s, measured "
         f"{meas:.2f} s ({meas / pred:.2f}x); {tokens / wall:,.0f} loss tokens/s; "
-        f"{sum(r['dropped'] for r in records)} samples too long for the cluster left out"
+        f"{sum(r['dropped'] for r in records)} samples too long for the cluster left out; "
+        f"wall {wall:.2f} s, {every / wall:,.0f} tokens/s, waited {wait:.2f} s for data "
+        f"({wait / wall:.0%} of the wall time)"
     )
 
 

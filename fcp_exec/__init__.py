@@ -12,6 +12,9 @@ the RankPlan's group is bound and attention runs over its ring:
 u x r of `fcp_exec.ulysses` (all-to-all over heads within blocks of u members, then a ring of
 r = d / u); `fcp_exec.transport_bytes` states the bytes each moves.
 
+In-memory batches (RL rollouts, `fcp_data.inmemory`): `gather_sequences` /
+`all_gather_sequences` put per-token outputs back in sample order (`fcp_exec.gather`).
+
 Vision-language models: `fcp_exec.vision.encode_and_scatter` (encode the tubelets a replica
 holds, scatter them into its embeddings), `fcp_exec.hf` (ring attention as the transformers
 attention implementation "fcp_ring"), `fcp_exec.megatron_mm` (megatron-core GPTModel on
@@ -28,6 +31,7 @@ imported when first used (`fcp_exec.megatron` needs megatron-core).
 
 from fcp_exec.attention import ring_attention
 from fcp_exec.context import CPBinding, cp_context
+from fcp_exec.gather import GatherError, all_gather_sequences, gather_sequences
 from fcp_exec.grads import all_reduce_gradients
 from fcp_exec.groups import CPGroupCache, ReplicaRanks
 from fcp_exec.kernels import select_kernel
@@ -40,15 +44,18 @@ from fcp_exec.verify import PlanMismatchError, RingFingerprint, verify_plan_dige
 __all__ = [
     "CPBinding",
     "CPGroupCache",
+    "GatherError",
     "PlanMismatchError",
     "ReplicaRanks",
     "RingComm",
     "RingFingerprint",
     "ShardLayout",
     "a2a_bytes_per_token",
+    "all_gather_sequences",
     "all_reduce_gradients",
     "cp_attention",
     "cp_context",
+    "gather_sequences",
     "local_token_index",
     "ring_attention",
     "select_kernel",

@@ -1,29 +1,47 @@
-"""README.md's code runs as written: every block marked runnable is run, the rest parse.
+"""The code of README.md and of the docs pages runs as written, and their paths and links hold.
 
-A block is runnable when the line before its fence is `<!-- runnable -->` (a ```python block
-runs as a script, a ```bash block with `bash -e`) or `<!-- runnable: torchrun N -->` (the
-python block runs under `torchrun --standalone --nproc-per-node N`, as its text says to).
-Runnable blocks run in README order in one temporary working directory that looks like a clone
-(links to the checkout's examples/, fcp_data/, ...), so a later block uses what an earlier one
-wrote under out/ (shards, tokenizer, index); this checkout is on PYTHONPATH and the
+Pages: README.md, every .md under docs/, and BENCHMARKS.md. A block is runnable when the line
+before its fence is `<!-- runnable -->` (a ```python block runs as a script, a ```bash block
+with `bash -e`) or `<!-- runnable: torchrun N -->` (the python block runs under
+`torchrun --standalone --nproc-per-node N`, as its text says to). A page's runnable blocks run
+in page order in one temporary working directory of their own that looks like a clone (links to
+the checkout's examples/, fcp_data/, ...), so a later block uses what an earlier one of the same
+page wrote under out/ (shards, tokenizer, index); this checkout is on PYTHONPATH and the
 interpreter's bin directory (fcp, torchrun, python) first on PATH. Every other ```python block
-must compile and every other ```bash block must pass `bash -n`.
+must compile and every other ```bash block must pass `bash -n` (except on docs/layouts/ pages,
+whose blocks are fragments of a loop).
+
+Paths: every local path a code block names (`out/index`, `examples/train_megatron.py`,
+`'out/shards/*.tar'`, ...) must exist when the block is reached: in the checkout, or written by
+an earlier runnable block of the same page; a runnable block may also name what it writes
+itself, and a path given to `-o/--output` in a block that does not run is an output. Paths under
+`.venv/` are what the Makefile creates. Links: every relative link of a page points to an
+existing file, and an anchor to an existing heading; every page under docs/ can be reached from
+README.md by links.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from braceexpand import braceexpand
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = re.compile(r"^<!-- runnable(?::\s*torchrun\s+(\d+))?\s*-->$")
 FENCE = re.compile(r"^```(\w*)")
+PAGES = sorted(
+    [REPO / "README.md", REPO / "BENCHMARKS.md", *(REPO / "docs").rglob("*.md")],
+    key=lambda p: (p.name != "README.md", str(p)),
+)
+FRONT_PAGE_MAX_BYTES = 14_000  # README.md is a front page: detail belongs in docs/
 
 
 @dataclass(frozen=True)
@@ -64,29 +82,144 @@ def blocks(text: str) -> list[Block]:
     return out
 
 
-README = blocks((REPO / "README.md").read_text(encoding="utf-8"))
+def _name(page: Path) -> str:
+    return page.relative_to(REPO).as_posix()
+
+
+BLOCKS = {_name(p): blocks(p.read_text(encoding="utf-8")) for p in PAGES}
+README = BLOCKS["README.md"]
+RUN_PAGES = [name for name, bs in BLOCKS.items() if any(b.runnable for b in bs)]
 
 
 def test_markers_sit_on_blocks_that_can_run() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert len(re.findall(r"<!-- runnable", text)) == sum(b.runnable for b in README)
-    for b in README:
-        if b.runnable:
-            assert b.lang in ("python", "bash"), f"README line {b.line}: {b.lang!r} cannot run"
-            assert b.nproc == 0 or b.lang == "python", f"README line {b.line}"
+    for page in PAGES:
+        name, text = _name(page), page.read_text(encoding="utf-8")
+        assert len(re.findall(r"<!-- runnable", text)) == sum(b.runnable for b in BLOCKS[name])
+        for b in BLOCKS[name]:
+            if b.runnable:
+                assert b.lang in ("python", "bash"), f"{name} line {b.line}: {b.lang!r} cannot run"
+                assert b.nproc == 0 or b.lang == "python", f"{name} line {b.line}"
     # what a newcomer copies first must be among them (the test is not vacuous)
-    assert sum(b.runnable and b.lang == "python" for b in README) >= 3
-    assert sum(b.runnable and b.lang == "bash" for b in README) >= 3
+    assert sum(b.runnable and b.lang == "python" for b in README) >= 2
+    assert sum(b.runnable and b.lang == "bash" for b in README) >= 2
     assert any(b.nproc >= 2 for b in README)
+    # the pages the README's detail moved to keep their runnable blocks
+    for name in ("docs/sources.md", "docs/training.md", "docs/planner.md", "docs/cli.md"):
+        assert name in RUN_PAGES, f"{name} has no runnable block"
+    assert any(b.nproc >= 2 for b in BLOCKS["docs/training.md"])
 
 
-@pytest.mark.parametrize("block", [b for b in README if not b.runnable], ids=lambda b: f"L{b.line}")
-def test_other_blocks_parse(block: Block) -> None:
+def test_readme_is_a_front_page() -> None:
+    size = len((REPO / "README.md").read_bytes())
+    assert size <= FRONT_PAGE_MAX_BYTES, (
+        f"README.md is {size} bytes: keep it a front page (what fcp is, the two commands, three "
+        "examples, the status table, links) and move detail to a page under docs/"
+    )
+
+
+# docs/layouts/ pages show fragments of a loop (`TransformerConfig(..., sequence_parallel=SP)`):
+# their paths and links are checked, their code is not compiled.
+OTHER = [
+    (n, b)
+    for n, bs in BLOCKS.items()
+    for b in bs
+    if not b.runnable and not n.startswith("docs/layouts/")
+]
+
+
+@pytest.mark.parametrize(("page", "block"), OTHER, ids=[f"{n}:L{b.line}" for n, b in OTHER])
+def test_other_blocks_parse(page: str, block: Block) -> None:
     if block.lang == "python":
-        compile(block.code, f"README.md:{block.line}", "exec")
+        compile(block.code, f"{page}:{block.line}", "exec")
     elif block.lang == "bash":
         out = subprocess.run(["bash", "-n"], input=block.code, capture_output=True, text=True)
-        assert out.returncode == 0, f"README.md:{block.line}: {out.stderr}"
+        assert out.returncode == 0, f"{page}:{block.line}: {out.stderr}"
+
+
+# -- paths named in code blocks ------------------------------------------------------------
+
+TOP = {p.name for p in REPO.iterdir()} | {"out"}
+FILE_SUFFIX = re.compile(r"\.(json|py|tar|npy|bin|png|md|txt|toml|mp4|sh|yaml|yml)$")
+TOKEN = re.compile(r"[\w.*?{}/~$:,-]+")
+OUTPUT_FLAG = re.compile(r"(?:^|\s)(?:-o|--output|--out)[\s=]+['\"]?$")
+
+
+def named_paths(code: str) -> Iterator[tuple[str, bool]]:
+    """(path, is an output) for each local path `code` names: relative, with a '/', starting at
+    a top-level entry of the checkout or out/, or ending in a file suffix. URLs, absolute paths,
+    `pipe:` / `py:` specs and shell variables are left out."""
+    for m in TOKEN.finditer(code):
+        tok = m[0].rstrip(".,:")
+        if "/" not in tok or tok.startswith(("/", "~", "$")) or ":" in tok or "$" in tok:
+            continue
+        if "," in tok:
+            continue
+        first = tok.split("/", 1)[0]
+        if first not in TOP and not FILE_SUFFIX.search(tok):
+            continue
+        yield tok, OUTPUT_FLAG.search(code[: m.start()].rsplit("\n", 1)[-1]) is not None
+
+
+def _exists(root: Path, path: str) -> bool:
+    for p in braceexpand(path):
+        if any(c in p for c in "*?"):
+            if not glob.glob(str(root / p)):
+                return False
+        elif not (root / p).exists():
+            return False
+    return True
+
+
+def missing_paths(block: Block, root: Path, *, ran: bool) -> list[str]:
+    """Paths `block` names that do not exist under `root` (outputs count only if it ran)."""
+    if block.lang not in ("python", "bash"):
+        return []
+    bad = []
+    for path, output in named_paths(block.code):
+        if path.startswith(".venv/"):
+            continue  # the Makefile's venv (checked in test_venv_paths_are_the_makefiles)
+        if output and not ran:
+            continue
+        if not _exists(root, path):
+            bad.append(path)
+    return bad
+
+
+def test_venv_paths_are_the_makefiles() -> None:
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^VENV \?= \.venv$", makefile, re.M), "the pages say .venv/: so must make"
+    for name, bs in BLOCKS.items():
+        for b in bs:
+            for path, _ in named_paths(b.code):
+                if path.startswith(".venv/"):
+                    assert path.split("/")[1] == "bin", f"{name}:{b.line}: {path}"
+
+
+def test_named_paths_finds_what_it_should() -> None:
+    code = (
+        "fcp index 'out/shards/*.tar' -o out/index --tokenizer tok/tokenizer.json\n"
+        'x = f("https://host/a/b.tar", "pipe:cat", "/abs/x.json", "MB/token", "$HOME/a.json")\n'
+        "python examples/train_megatron.py  # tokens/s, 1/TP\n"
+    )
+    assert list(named_paths(code)) == [
+        ("out/shards/*.tar", False),
+        ("out/index", True),
+        ("tok/tokenizer.json", False),
+        ("examples/train_megatron.py", False),
+    ]
+
+
+NO_RUN = [name for name in BLOCKS if name not in RUN_PAGES]
+
+
+@pytest.mark.parametrize("page", NO_RUN)
+def test_paths_in_pages_without_runnable_blocks_exist(page: str) -> None:
+    for b in BLOCKS[page]:
+        bad = missing_paths(b, REPO, ran=False)
+        assert not bad, f"{page} line {b.line} names paths that do not exist: {bad}"
+
+
+# -- runnable blocks -------------------------------------------------------------------------
 
 
 def _env() -> dict[str, str]:
@@ -97,16 +230,23 @@ def _env() -> dict[str, str]:
     return env
 
 
-def test_runnable_blocks_run_in_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("page", RUN_PAGES)
+def test_runnable_blocks_run_in_order(page: str, tmp_path: Path) -> None:
+    """A page's runnable blocks, in order, in one working directory; the paths every block
+    names (runnable or not) exist when it is reached."""
     env = _env()
-    for entry in REPO.iterdir():  # README commands run from a clone's root
+    for entry in REPO.iterdir():  # the commands run from a clone's root
         if not entry.name.startswith(".") and entry.name != "out":
             (tmp_path / entry.name).symlink_to(entry)
-    for n, b in enumerate(b for b in README if b.runnable):
+    for n, b in enumerate(BLOCKS[page]):
+        if not b.runnable:
+            bad = missing_paths(b, tmp_path, ran=False)
+            assert not bad, f"{page} line {b.line} names paths no earlier block wrote: {bad}"
+            continue
         if b.lang == "bash":
             cmd = ["bash", "-e", "-o", "pipefail", "-c", b.code]
         else:
-            script = tmp_path / f"readme_block_{n}.py"
+            script = tmp_path / f"page_block_{n}.py"
             script.write_text(b.code, encoding="utf-8")
             cmd = [sys.executable, str(script)]
             if b.nproc:
@@ -116,6 +256,73 @@ def test_runnable_blocks_run_in_order(tmp_path: Path) -> None:
             cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420, check=False
         )
         assert out.returncode == 0, (
-            f"README.md line {b.line} ({b.lang}) exited {out.returncode}:\n{b.code}\n"
+            f"{page} line {b.line} ({b.lang}) exited {out.returncode}:\n{b.code}\n"
             f"--- stdout ---\n{out.stdout[-3000:]}\n--- stderr ---\n{out.stderr[-4000:]}"
         )
+        bad = missing_paths(b, tmp_path, ran=True)
+        assert not bad, f"{page} line {b.line} names paths that neither exist nor it wrote: {bad}"
+
+
+# -- links -----------------------------------------------------------------------------------
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(text: str) -> list[str]:
+    """The page's lines outside fenced code, inline code spans removed."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced:
+            lines.append(re.sub(r"`[^`]*`", "", line))
+    return lines
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors of a markdown page (repeats get -1, -2, ...)."""
+    seen: dict[str, int] = {}
+    out = set()
+    fenced = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if fenced or not re.match(r"#{1,6} ", line):
+            continue
+        slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def links(page: Path) -> Iterator[tuple[str, Path, str]]:
+    """(link text as written, target file, anchor) of every relative link of `page`."""
+    for line in _prose(page.read_text(encoding="utf-8")):
+        for m in LINK.finditer(line):
+            target = m[1]
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            path, _, anchor = target.partition("#")
+            yield target, (page.parent / path).resolve() if path else page, anchor
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_relative_links_point_to_files_and_headings(page: Path) -> None:
+    for target, file, anchor in links(page):
+        assert file.exists(), f"{_name(page)}: link {target} points to no file"
+        if anchor:
+            assert file.suffix == ".md", f"{_name(page)}: link {target}: anchor into a non-page"
+            assert anchor in anchors(file), f"{_name(page)}: link {target}: no such heading"
+
+
+def test_every_docs_page_is_reachable_from_the_readme() -> None:
+    seen, todo = {REPO / "README.md"}, [REPO / "README.md"]
+    while todo:
+        for _, file, _ in links(todo.pop()):
+            if file.suffix == ".md" and file.exists() and file not in seen:
+                seen.add(file)
+                todo.append(file)
+    lost = sorted(_name(p) for p in (REPO / "docs").rglob("*.md") if p.resolve() not in seen)
+    assert not lost, f"no chain of links from README.md reaches {lost}"

@@ -12,12 +12,15 @@ __all__ = ["register", "run"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "index",
-        help="scan WebDataset shards and write a length index",
+        help="scan shards (tar, JSONL, Parquet, HF datasets, megatron) and write a length index",
         description=(
             "Scan text/video/image WebDataset shards (paths, globs, brace patterns like "
             "'shard-{000..099}.tar', pipe:CMD) in parallel and write a memory-mapped length "
             "index: per-sample token counts (vision tokens included), attention kind and tar "
-            "member offsets, plus a header with the rule, tokenizer and shard fingerprints."
+            "member offsets, plus a header with the rule, tokenizer and shard fingerprints. "
+            "JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst), Parquet, HF datasets save_to_disk "
+            "directories and megatron .bin/.idx pairs are indexed too, and a directory is "
+            "expanded to its files (docs/formats.md)."
         ),
     )
     p.add_argument("shards", nargs="+", help="shard specs")
@@ -43,7 +46,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "py:module:callable, or bytes:R (an estimate: R utf-8 bytes per token; default bytes:4)",
     )
     p.add_argument(
-        "--text-field", type=non_empty, default="text", help="text field of .json samples"
+        "--text-field",
+        type=non_empty,
+        default="text",
+        help="text field of .json samples and JSON Lines lines, column of Parquet / HF datasets "
+        "(a list of {role, content} turns is a chat sample, e.g. --text-field messages)",
+    )
+    p.add_argument(
+        "--text-special-tokens",
+        type=int_in(0, 1 << 20),
+        default=1,
+        help="end-of-document tokens counted (and appended by the loader) per sample; 0 for "
+        "megatron .bin/.idx written with --append-eod, whose ids end in EOD already (default 1)",
     )
     p.add_argument(
         "--video-attention",
@@ -131,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         rule_overrides=overrides,
         tokenizer=args.tokenizer,
         text_field=args.text_field,
+        text_special_tokens=args.text_special_tokens,
         video_causal=causal,
         image_causal=causal,
         probe_backend=args.probe_backend,

@@ -1,4 +1,12 @@
-"""`fcp plan`: plan one global batch and print it (a table, or the Plan as JSON)."""
+"""`fcp plan`: plan one global batch and print it (a table, or the Plan as JSON).
+
+The JSON (`--json`, `-o FILE`) is the Plan with the cost model and cluster it was made with
+beside its fields (`fcp_data.viewer.saved`): `Plan.from_json` reads it as before, and
+`fcp view --plan FILE` prices and compares that plan under them, not under the flags'
+defaults. The planning time printed is warm: the strategy first plans a tiny batch, untimed,
+so that numba's compilation and megatron-core's import (paid once per process, ~15 s and
+~6 s) are not reported as the cost of planning a batch.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 from ..planner import STRATEGIES, plan_global_batch
+from ..viewer.compare import warm_up
+from ..viewer.saved import plan_document
 from ._args import int_in
 from ._common import (
     add_problem_args,
@@ -35,13 +45,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--strategy", choices=STRATEGIES, default="fcp", help="the planner to use (default fcp)"
     )
     p.add_argument(
-        "--json", action="store_true", help="print the Plan as JSON (Plan.from_json reads it)"
+        "--json",
+        action="store_true",
+        help="print the Plan as JSON, with its cost model and cluster (Plan.from_json reads it)",
     )
     p.add_argument(
         "-o",
         "--output",
         type=Path,
-        help="also write the Plan JSON here (`fcp view --plan` reads it)",
+        help="also write the Plan JSON here, with the cost model and cluster it was made with "
+        "(`fcp view --plan` draws and prices it with those)",
     )
     p.add_argument(
         "--max-rows", type=int_in(0), default=40, help="groups shown in the table (default 40)"
@@ -55,14 +68,16 @@ def run(args: argparse.Namespace) -> int:
     causal = False if args.full_attention else batch.causal
     (cluster, budget), cost = cluster_and_budget_from_args(args), cost_from_args(args)
     print_budget(budget, to_stderr=args.json)
+    warm_up([args.strategy], lens, cluster, cost, causal=causal)
     t0 = time.perf_counter()
     plan = plan_global_batch(lens, cluster, cost, strategy=args.strategy, causal=causal)
     ms = (time.perf_counter() - t0) * 1e3
+    doc = plan_document(plan, cost, cluster)
     if args.output:
-        write_atomic(args.output, plan.to_json())
+        write_atomic(args.output, doc)
         print(f"wrote {args.output}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
-        sys.stdout.write(plan.to_json().decode() + "\n")
+        sys.stdout.write(doc.decode())
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -74,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         f"{cluster.num_replicas} replicas: "
         f"{plan.num_waves} waves, predicted {plan.predicted_time:.3f} s, lower bound "
         f"{plan.lower_bound:.3f} s (×{plan.ratio_to_bound:.3f}), winner {plan.winner}, "
-        f"planned in {ms:.1f} ms, digest {plan.digest}"
+        f"planned in {ms:.1f} ms (warm), digest {plan.digest}"
     )
     con.print(
         "degrees: " + ", ".join(f"⟨{d}⟩×{c}" for d, c in sorted(degrees.items(), reverse=True))

@@ -7,9 +7,11 @@
 
 Shapes: cpu-small and cpu-medium are for a CPU (seconds per point); the planner's models
 (qwen3-8b, llama3-8b, ...) are for a GPU (--device cuda), where one point takes milliseconds
-and on a CPU minutes. Progress: a bar on a terminal, one line per measured point otherwise
-(logs, CI). After the fit, a warning is printed for each sign of a degenerate fit: a
-coefficient at 0, no more points than coefficients, or a point off by more than 25%.
+and on a CPU minutes. Progress: a bar on a terminal (points done, rate, time left), one line
+per measured point otherwise (logs, CI), with the time left. A --device this machine lacks
+(cuda without a driver, cuda:7 on fewer GPUs, npu without torch_npu) is a one-line error
+before anything is timed. After the fit, a warning is printed for each sign of a degenerate
+fit: a coefficient at 0, no more points than coefficients, or a point off by more than 25%.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from . import _profile_vision as profile_vision
 from ._args import int_in
 
-__all__ = ["register", "run"]
+__all__ = ["check_device", "register", "run"]
 
 _SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
 
@@ -171,18 +174,31 @@ def print_warnings(profile: Any) -> list[str]:
 
 
 def _line_progress(total: int) -> Callable[[str], None]:
-    """One line per measured point, for logs: `[3/9] linear s=512 (4.1 s)`."""
+    """One line per measured point, for logs: `[3/9] linear s=512 (4.1 s, ~8 s left)`.
+
+    The time left assumes the remaining points take as long as the mean so far (longer
+    sequences come later, so it is a lower estimate)."""
     t0, done = time.perf_counter(), [0]
 
     def step(msg: str) -> None:
         done[0] += 1
-        print(f"[{done[0]}/{total}] {msg} ({time.perf_counter() - t0:.1f} s)", flush=True)
+        spent = time.perf_counter() - t0
+        left = spent / done[0] * (total - done[0])
+        tail = f", ~{left:.0f} s left" if done[0] < total else ", done"
+        print(f"[{done[0]}/{total}] {msg} ({spent:.1f} s{tail})", flush=True)
 
     return step
 
 
 def _measure(config: Any, console: Any) -> Any:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from fcp_data.profiling import run_profile
 
@@ -192,8 +208,11 @@ def _measure(config: Any, console: Any) -> Any:
     with Progress(
         TextColumn("[bold]profiling[/] {task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
+        MofNCompleteColumn(),
+        TextColumn("points"),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         console=console,
         transient=True,
     ) as bar:
@@ -225,6 +244,72 @@ def _ring(profile: Any, shape: Any, console: Any) -> Any:
     return dataclasses.replace(profile, cost=cost, meta=meta)
 
 
+def check_device(spec: str) -> None:
+    """ConfigError (one line, exit 2) when torch cannot time on `spec` here.
+
+    Without the check, `--device cuda` on a machine without a driver fails deep inside the
+    first timed kernel with torch's RuntimeError and a traceback; `cuda:7` on a 1-GPU machine
+    and `npu` without torch_npu likewise. Each is bad input, so it gets the one-line error of
+    every other bad flag, naming what this machine has.
+    """
+    import importlib.util
+
+    import torch
+
+    name = spec.strip().lower()
+    if name.split(":")[0] == "npu":
+        if importlib.util.find_spec("torch_npu") is None:
+            raise ConfigError(
+                f"--device {spec}: Ascend NPUs need torch_npu, which is not installed "
+                "(pip install 'fcp[npu]'); or use --device cpu"
+            )
+        import torch_npu  # noqa: F401  # registers the "npu" device type with torch
+
+        _check_count(spec, "npu", torch.npu.is_available(), torch.npu.device_count())
+        return
+    try:
+        dev = torch.device(spec)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"--device {spec!r} is not a torch device ({exc}); e.g. cpu, cuda, cuda:1, npu"
+        ) from None
+    if dev.type == "cpu":
+        return
+    if dev.type == "cuda":
+        ok = torch.cuda.is_available()
+        _check_count(spec, "cuda", ok, torch.cuda.device_count() if ok else 0)
+        return
+    try:  # any other backend: one tiny allocation says whether it exists here
+        torch.empty(1, device=dev)
+    except (RuntimeError, NotImplementedError, AssertionError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"--device {spec}: torch cannot use it here ({first})") from None
+
+
+def _check_count(spec: str, kind: str, available: bool, count: int) -> None:
+    """The index in `spec` (default 0) names one of the `count` devices of `kind` here."""
+    import torch
+
+    if not available or count < 1:
+        if kind == "cuda" and torch.version.cuda is None:
+            why = f"this torch ({torch.__version__}) was built without CUDA"
+        elif kind == "cuda":
+            why = "torch sees no CUDA device (no driver or GPU, or CUDA_VISIBLE_DEVICES hides it)"
+        else:
+            why = "torch_npu sees no NPU"
+        raise ConfigError(
+            f"--device {spec}: {why}; profile on a machine that has one, or use --device cpu"
+        )
+    _, _, index = spec.partition(":")
+    if index and not index.isdigit():
+        raise ConfigError(f"--device {spec}: the index after ':' must be a number ({kind}:1)")
+    if index and int(index) >= count:
+        raise ConfigError(
+            f"--device {spec}: this machine has {count} {kind} device(s), "
+            f"{kind}:0..{kind}:{count - 1}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -241,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
         kw["seqlens"] = tuple(args.lengths)
     if args.repeats:
         kw["repeats"] = args.repeats
+    check_device(args.device)
     config = ProfileConfig.quick(shape, **kw) if args.quick else ProfileConfig(shape=shape, **kw)
     console = Console()
     profile = _measure(config, console)

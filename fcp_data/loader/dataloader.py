@@ -48,6 +48,7 @@ from .source import check_source_matches, open_source, resolve_rule, source_skip
 from .time_limit import SampleTimeLimit
 from .token_source import open_token_store
 from .types import BatchMetrics, LoaderState, SampleSource
+from .workers import WorkerBoard
 
 __all__ = ["FCPDataLoader", "LoaderOptions"]
 
@@ -189,6 +190,7 @@ class FCPDataLoader:
                 special_token_id=opts.special_token_id,
                 vision_token_id=opts.vision_token_id,
                 decode_backend=opts.decode_backend,
+                chat_loss_roles=opts.chat_loss_roles,
             )
             if opts.token_store:
                 encoder.store = open_token_store(src)
@@ -204,7 +206,7 @@ class FCPDataLoader:
             on_too_long=opts.on_too_long,
             on_error=opts.on_error,
             pad_id=opts.pad_id,
-            time_limit=SampleTimeLimit(opts.sample_timeout_s),
+            time_limit=SampleTimeLimit(opts.sample_timeout_s, board=self._worker_board()),
             index_skipped=len(self.source_skipped),
         )
         self._epoch, self._batch, self._wave = 0, 0, 0
@@ -292,9 +294,29 @@ class FCPDataLoader:
         self.sampler = self._builder.sampler = sampler
 
     # ---- iteration -----------------------------------------------------------------------
+    def _worker_board(self) -> WorkerBoard | None:
+        """Where workers say which sample they are in, so a hung one's error names it."""
+        if not self.num_workers:
+            return None
+        board = WorkerBoard()
+        board.locate = self._shard_of_key
+        return board
+
+    def _shard_of_key(self, epoch: int, batches: list[int], key: str) -> str | None:
+        """The shard of sample `key` of these global batches (keys may repeat across shards,
+        so a batch's positions are searched first), for naming a hung worker's sample."""
+        keys = self.source.keys
+        hits = [int(p) for b in batches for p in self.sampler.batch(epoch, b) if keys[p] == key]
+        if not hits:
+            hits = np.flatnonzero(np.asarray(keys) == key).tolist()[:1]
+        return _shard_of(self.source, hits[0]) if hits else None
+
     def _planned(self, epoch: int, start: int, stop: int) -> Iterator[PlannedBatch]:
         if start >= stop:
             return
+        board = self._builder.time_limit.board
+        if board is not None:
+            board.reset()  # records of earlier workers must not be read as the new ones'
         opts = self.options
         method = multiprocessing.get_context(opts.multiprocessing_context).get_start_method()
         if self.num_workers and not self._warm and method == "fork":
@@ -342,3 +364,17 @@ class FCPDataLoader:
             skip = 0
         if self._epoch == epoch and self._batch >= self.num_batches:
             self._epoch, self._batch, self._wave = epoch + 1, 0, 0
+
+
+def _shard_of(src: Any, pos: int) -> str | None:
+    """The shard URL of sample `pos` when the source records it (LengthIndex, ScannedSource,
+    Blend), else None."""
+    if hasattr(src, "sources") and callable(getattr(src, "source_of", None)):  # a Blend
+        k = int(src.source_of(np.asarray([pos]))[0])
+        return _shard_of(src.sources[k], pos - int(src.offsets[k]))
+    if callable(getattr(src, "shard_url", None)):
+        return str(src.shard_url(pos))
+    records = getattr(src, "records", None)
+    if records is not None and hasattr(records[pos], "url"):
+        return str(records[pos].url)
+    return None

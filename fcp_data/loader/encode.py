@@ -83,6 +83,7 @@ class SampleEncoder(VisionEncoderMixin):
     vision: VisionOptions | None = None
     token_ids: SpecialTokenIds | None = None
     store: Any = None  # readers.token_store.TokenStore: text ids sliced, never re-tokenized
+    chat_loss_roles: tuple[str, ...] = ("assistant",)  # text chat samples (readers.chat_text)
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
@@ -107,6 +108,28 @@ class SampleEncoder(VisionEncoderMixin):
             f"a {self.text_field!r} field (LoaderOptions.text_field)"
         )
 
+    def _chat(self, sample: Mapping[str, Any], special: int) -> EncodedSample | None:
+        """A text chat sample (its text field holds {role, content} turns): ChatML ids, loss
+        on `chat_loss_roles` and the EOD ids (readers.chat_text); None for any other sample."""
+        if "json" not in sample or "txt" in sample or "npy" in sample:
+            return None
+        raw = sample["json"]
+        if b'"role"' not in raw and b'"from"' not in raw:  # no turn: skip the second parse
+            return None
+        obj = json.loads(raw)
+        turns = obj.get(self.text_field) if isinstance(obj, dict) else None
+        if not isinstance(turns, list) or not turns or not isinstance(turns[0], dict):
+            return None
+        from ..readers.chat_text import encode_text_chat
+
+        if self.tokenizer is None:
+            raise ConfigError("the sample holds a chat but the loader has no tokenizer=; pass one")
+        ids, targets = encode_text_chat(turns, self._ids, self.chat_loss_roles)
+        return EncodedSample(
+            tokens=np.concatenate([ids, np.full(special, self.eod_id, dtype=np.int64)]),
+            targets=np.concatenate([targets, np.ones(special, dtype=bool)]),
+        )
+
     def caption_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
         if "txt" in sample:
             return self._ids(_decode_text(sample["txt"]))
@@ -126,6 +149,9 @@ class SampleEncoder(VisionEncoderMixin):
             return EncodedSample(tokens=self.store.tokens(pos, eod=special, eod_id=self.eod_id))
         sample = source.read(pos)
         if modality == TEXT:
+            chat = self._chat(sample, special)
+            if chat is not None:
+                return chat
             ids = self.text_ids(sample)
             return EncodedSample(tokens=np.concatenate([ids, np.full(special, self.eod_id)]))
         if modality not in (VIDEO, IMAGE):

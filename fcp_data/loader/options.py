@@ -108,6 +108,9 @@ class LoaderOptions:
     """fcp_data.readers.remote.RemoteOptions for http(s)/s3 shards (retries, fsspec options)."""
     shard_cache: Any = None
     """fcp_data.readers.cache.ShardCache where pipe: shards are copied to be loaded."""
+    chat_loss_roles: tuple[str, ...] = ("assistant",)
+    """Text chat samples (`--text-field messages`): the roles whose turns are trained on
+    (system, user, assistant, tool); role headers never are (fcp_data.readers.chat_text)."""
     allow_pipe: bool = False
     """Run the `pipe:` commands an index lists as shards. An index is data: anyone who can
     write its header could otherwise make every loader run a shell command, so an index with
@@ -125,6 +128,9 @@ class LoaderOptions:
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a non-empty string")
         check_choice("decode_backend", self.decode_backend, DECODE_BACKENDS)
+        from ..readers.chat_text import check_loss_roles
+
+        self.chat_loss_roles = check_loss_roles(self.chat_loss_roles)
         self.timeout_s = check_seconds("timeout_s", self.timeout_s, zero="0 = wait forever")
         self.sample_timeout_s = check_seconds(
             "sample_timeout_s", self.sample_timeout_s, zero="0 = no limit"

@@ -9,6 +9,11 @@ one. Signals (SIGALRM) were not used: they cannot interrupt C code (FFmpeg) that
 to the interpreter, and they only work in the main thread.
 
 The hand-off costs a few tens of microseconds per sample, small next to reading one.
+
+Inside a DataLoader worker a call that never returns (one holding the GIL, or one under a
+limit longer than `LoaderOptions.timeout_s`) is caught by the loader's watchdog instead; so
+that its error can name the sample, each call is also written to the loader's `WorkerBoard`
+(which call, since when, under which limit) before it starts and marked done after.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import DataError
+from .workers import WorkerBoard
 
 __all__ = ["SampleTimeLimit", "SampleTimeout"]
 
@@ -58,18 +64,30 @@ class SampleTimeLimit:
     parent's thread does not exist) starts its own.
     """
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, board: WorkerBoard | None = None) -> None:
         self.seconds = float(seconds)
+        self.board = board  # where a DataLoader worker says which call it is in
         self._worker: _Worker | None = None
 
-    def __getstate__(self) -> dict[str, float]:
-        return {"seconds": self.seconds}
+    def __getstate__(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "board": self.board}
 
-    def __setstate__(self, state: dict[str, float]) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.seconds, self._worker = state["seconds"], None
+        self.board = state.get("board")
 
     def __call__(self, what: str, fn: Callable[[], T]) -> T:
         """`fn()`, or SampleTimeout naming `what` when it takes longer than the limit."""
+        board = self.board
+        if board is None:
+            return self._call(what, fn)
+        board.begin(what, self.seconds)
+        try:
+            return self._call(what, fn)
+        finally:
+            board.end(what)
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
         if self.seconds <= 0:
             return fn()
         w = self._worker

@@ -39,6 +39,7 @@ from .length_index import LengthIndex
 from .remote import is_remote
 from .scan import SampleRecord, ScanConfig, Scanner
 from .shards import as_local_path, expand_shards, is_seekable, shard_fingerprint
+from .sources import format_of, source_meta
 from .text import TokenCounter, as_counter, load_counter
 from .token_store import TokenRecorder, pack_ids, write_store
 
@@ -55,9 +56,14 @@ class _ShardResult(msgspec.Struct):
     size: int
     token_ids: Any = None  # (flat ids, per-sample lengths) with a token store, else None
     checksums: Any = None  # uint32 crc32 of every member of `records`, in member order
+    format: str = "tar"  # sources.FORMATS
+    meta: dict[str, Any] = {}  # what reading it back needs (megatron: dtype, .idx fingerprint)
 
 
 def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = None) -> _ShardResult:
+    fmt = format_of(url)
+    meta = source_meta(url, fmt, timeout_s=scanner.config.stream_timeout_s)
+    drop = is_remote(url) or fmt != "tar"  # rows, decompressed lines, ids: read back later
     start = len(scanner.log.skipped)
     records: list[SampleRecord] = []
     ids: list[np.ndarray] = []
@@ -74,7 +80,7 @@ def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = Non
         if recorder is not None:
             ids.append(recorder.take(rec))
         crcs.extend(hasher.record(rec))  # before the payload goes: hashed from memory
-        if is_remote(url):
+        if drop:
             rec.payload = None  # members are fetched by range later, not shipped to the parent
     skipped = scanner.log.skipped[start:]
     head = len(skipped) if head < 0 else head
@@ -85,7 +91,10 @@ def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = Non
     fingerprint = shard_fingerprint(url)
     if url.startswith("pipe:"):  # was "": a changed command output was never seen
         fingerprint = pipe_fingerprint([m for r in records for m in r.members.values()], checksums)
-    res = _ShardResult(url, records, skipped, head, tail, fingerprint, size, checksums=checksums)
+    res = _ShardResult(
+        url, records, skipped, head, tail, fingerprint, size, checksums=checksums, format=fmt
+    )
+    res.meta = meta
     if recorder is not None:
         res.token_ids = pack_ids(ids)
     return res
@@ -264,7 +273,12 @@ def build_index(
         tokenizer=counter.spec,
         shards=[
             ShardEntry(
-                url=rel(r.url), fingerprint=r.fingerprint, size=r.size, num_samples=len(r.records)
+                url=rel(r.url),
+                fingerprint=r.fingerprint,
+                size=r.size,
+                num_samples=len(r.records),
+                format=r.format,
+                meta=r.meta,
             )
             for r in results
         ],

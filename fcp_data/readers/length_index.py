@@ -38,6 +38,7 @@ from .index_format import (
 from .remote import is_remote
 from .scan import MODALITIES
 from .shards import is_seekable, shard_fingerprint
+from .sources import megatron_idx, present, read_rows
 
 __all__ = ["LengthIndex", "PipeNotAllowedError", "RuleMismatchError", "StaleIndexError"]
 
@@ -66,6 +67,8 @@ class LengthIndex:
         # builds a memmap object each time (~5 us); a view is ~10x cheaper, no copy
         self._v = {n: a.view(np.ndarray) for n, a in arrays.items()}
         self._files: OrderedDict[int, int] = OrderedDict()  # shard -> fd, LRU
+        self._tables: OrderedDict[int, Any] = OrderedDict()  # shard -> sources.TableRows, LRU
+        self._copies: dict[int, str] = {}  # shard -> decompressed copy (.jsonl.gz / .zst)
         self.remote: Any = None  # readers.remote.RemoteOptions for http(s)/s3 shards
         self.shard_cache: Any = None  # readers.cache.ShardCache for pipe: shards
         self._access: Any = None  # readers.shard_access.ShardAccess, made on first use
@@ -156,6 +159,13 @@ class LengthIndex:
                     f"shard {url} changed since index {self.path} was built; "
                     "rebuild it with `fcp index`"
                 )
+            if entry.format == "megatron":  # the lengths come from the .idx beside it
+                idx = megatron_idx(url)
+                if shard_fingerprint(idx) != entry.meta.get("idx_fingerprint"):
+                    raise StaleIndexError(
+                        f"{idx} (the lengths of shard {url}) changed since index {self.path} "
+                        "was built; rebuild it with `fcp index`"
+                    )
 
     def check_rule(self, expect: str | dict[str, Any]) -> None:
         built = self.header.rule
@@ -273,14 +283,22 @@ class LengthIndex:
             raise IndexError(f"sample {i} out of range for an index of {len(self)} samples")
         shard = int(self._v["shard"][i])
         url = self.shard_urls[shard]
+        entry = self.header.shards[shard]
+        fmt = entry.format
+        if fmt in ("parquet", "arrow"):  # rows, not byte ranges
+            rows = read_rows(self._table(shard, url, fmt), self.members(i), exts)
+            self._check_members(i, url, rows)
+            return rows
         if not is_seekable(url):
             if url.startswith("pipe:") and not self.allow_pipe:
                 self.refuse_pipes()
             got = self._shard_access().read(i, url, exts)
             if isinstance(got, dict):
                 self._check_members(i, url, got)
-                return got
+                return present(fmt, entry.meta, got)
             url = got  # a pipe: shard's local copy
+        elif fmt in ("jsonl.gz", "jsonl.zst"):
+            url = self._decompressed(shard, url, fmt)
         fd = self._files.get(shard)
         if fd is None:
             fd = os.open(url, os.O_RDONLY)
@@ -301,7 +319,35 @@ class LengthIndex:
                 )
             out[ext] = data
         self._check_members(i, url, out)
-        return out
+        return present(fmt, entry.meta, out)
+
+    def _table(self, shard: int, url: str, fmt: str) -> Any:
+        """The row reader of a Parquet / Arrow shard (LRU of MAX_OPEN_SHARDS per process)."""
+        reader = self._tables.get(shard)
+        if reader is None:
+            from .sources.tables import TableRows
+
+            reader = TableRows(url, fmt, self.header.scan.text_field)
+            self._tables[shard] = reader
+            if len(self._tables) > MAX_OPEN_SHARDS:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(shard)
+        return reader
+
+    def _decompressed(self, shard: int, url: str, fmt: str) -> str:
+        """A local decompressed copy of a compressed JSON Lines shard, made once per host in
+        the shard cache directory; its lines are verified by the index's checksums."""
+        path = self._copies.get(shard)
+        if path is None:
+            from .cache import default_cache_dir
+            from .sources.jsonl import decompressed_copy
+
+            cache = self.shard_cache
+            directory = cache.directory if cache is not None else default_cache_dir()
+            path = decompressed_copy(url, fmt, self.header.shards[shard].fingerprint, directory)
+            self._copies[shard] = path
+        return path
 
     def _check_members(self, i: int, url: str, out: dict[str, bytes]) -> None:
         """Raise ChecksumMismatchError when a member read for sample i is not the bytes that

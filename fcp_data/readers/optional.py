@@ -17,6 +17,7 @@ __all__ = ["EXTRAS", "require"]
 
 # The pip extra of fcp that brings each optional module (pyproject.toml).
 EXTRAS = {"av": "video", "decord": "video", "PIL": "video", "tokenizers": "text"}
+EXTRAS |= {"pyarrow": "sources", "pyarrow.parquet": "sources", "zstandard": "sources"}
 
 
 def require(module: str, feature: str) -> ModuleType:

@@ -95,6 +95,7 @@ class SampleRecord(msgspec.Struct, kw_only=True):
     width: int = 0
     height: int = 0
     payload: dict[str, bytes] | None = None  # kept only for unseekable (pipe) shards
+    dtype: str = ""  # megatron shards: the .bin's id dtype (its `npy` member is raw ids)
 
     @property
     def seqlen(self) -> int:
@@ -103,8 +104,14 @@ class SampleRecord(msgspec.Struct, kw_only=True):
     def fetch(self, exts: list[str] | None = None) -> dict[str, bytes]:
         """The sample's member bytes (all, or `exts`), read by seeking into the shard."""
         if self.payload is not None:
-            return {k: v for k, v in self.payload.items() if exts is None or k in exts}
-        return read_members(self.url, self.members, exts)
+            out = {k: v for k, v in self.payload.items() if exts is None or k in exts}
+        else:
+            out = read_members(self.url, self.members, exts)
+        if self.dtype:  # megatron: raw ids -> .npy, what the loader's pre-tokenized path reads
+            from .sources import present
+
+            out = present("megatron", {"dtype": self.dtype}, out)
+        return out
 
 
 def _column_limits() -> dict[str, tuple[int, int]]:
@@ -217,23 +224,63 @@ class Scanner:
 
     def scan(self, url: str) -> Iterator[SampleRecord]:
         """Records of one shard in order; bad samples go through the failure policy."""
+        from .chat_text import ChatNotStorableError
+        from .sources import PAYLOAD_FORMATS, format_of, iter_source_samples
+
         c = self.config
-        for raw in iter_raw_samples(
-            url, _load_ext, timeout_s=c.stream_timeout_s, max_bytes=c.stream_max_bytes
-        ):
+        fmt = format_of(url)
+        if fmt == "megatron":
+            yield from self._scan_megatron(url)
+            return
+        raws = (
+            iter_raw_samples(
+                url, _load_ext, timeout_s=c.stream_timeout_s, max_bytes=c.stream_max_bytes
+            )
+            if fmt == "tar"
+            else iter_source_samples(url, fmt, c)
+        )
+        keep = fmt in PAYLOAD_FORMATS  # offsets are rows or decompressed: keep the bytes
+        for raw in raws:
             if isinstance(raw, BadMember):
                 self.log.fail(url, raw.key, raw.reason)
                 continue
             try:
                 record = self.record(url, raw)
                 _check_columns(record, self._limits)
-            except MissingDependencyError:
+            except (MissingDependencyError, ChatNotStorableError):
                 raise  # a configuration error (PyAV, tokenizers missing): not a bad sample
             except (ValueError, ProbeTimeout) as exc:
                 self.log.fail(url, raw.key, str(exc))
                 continue
+            if keep:
+                record.payload = raw.payload
             self.log.ok()
             yield record
+
+    def _scan_megatron(self, url: str) -> Iterator[SampleRecord]:
+        """A record per document of a megatron .bin, lengths from its .idx (no tokenizer)."""
+        from .sources.megatron import iter_documents, read_idx_file
+
+        c = self.config
+        index = read_idx_file(url, timeout_s=c.stream_timeout_s)
+        dtype, item = index.dtype.name, index.dtype.itemsize
+        for key, off, n, raw in iter_documents(url, timeout_s=c.stream_timeout_s, index=index):
+            if n == 0:
+                self.log.fail(url, key, "empty document (0 tokens)")
+                continue
+            self.log.ok()
+            yield SampleRecord(
+                key=key,
+                url=url,
+                modality=0,
+                text_tokens=n,
+                vision_tokens=0,
+                special_tokens=c.text_special_tokens,
+                causal=True,
+                members={"npy": (off, n * item)},
+                payload=None if raw is None else {"npy": raw},
+                dtype=dtype,
+            )
 
     def _text(self, data: bytes, what: str) -> str:
         try:
@@ -336,12 +383,25 @@ class Scanner:
         elif "json" in exts:
             fields = self._json(raw.payload["json"])
             text = fields.get(c.text_field)
-            if not isinstance(text, str):
+            from ..vision.chat import is_chat
+
+            if is_chat(text):  # a conversation: ChatML-rendered, counted piece by piece
+                from .chat_text import ChatNotStorableError, count_text_chat
+
+                if hasattr(self.counter, "take"):  # a TokenRecorder: --store-tokens
+                    raise ChatNotStorableError(
+                        f"sample {raw.key!r} is a chat: a token store holds ids without the "
+                        "chat's loss targets; index chat samples without --store-tokens"
+                    )
+                n = count_text_chat(text, self.counter)
+            elif not isinstance(text, str):
                 raise ValueError(
                     f".json has no string field {c.text_field!r} (fields: "
-                    f"{sorted(fields)[:8]}); set text_field / --text-field"
+                    f"{sorted(fields)[:8]}); set text_field / --text-field (a chat's "
+                    "{role, content} list counts too: --text-field messages)"
                 )
-            n = self.counter(text)
+            else:
+                n = self.counter(text)
         else:
             raise ValueError(
                 f"no payload: members {sorted(exts)} include no text "

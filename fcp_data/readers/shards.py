@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from .byte_source import is_stream, open_source
 from .errors import CompressedShardError
 from .remote import is_remote, remote_fingerprint
+from .sources import check_remote, expand_local, format_of
 from .tar_blocks import TarDamage, TarMember, compression_of, walk_tar
 
 __all__ = [
@@ -93,15 +94,14 @@ def expand_shards(specs: Sequence[str] | str) -> list[str]:
                         f"fcp will not guess: write {os.path.join('.', url)!r} for the file, "
                         "or rename it"
                     )
+                if is_remote(url):
+                    check_remote(url)  # formats without byte ranges are local only
                 urls.append(url)  # braces expand inside commands too, as in webdataset
             elif glob.has_magic(url):
-                found = [as_local_path(path) for path in sorted(glob.glob(url))]
-                for path in found:
-                    _refuse_compressed(path)
-                urls.extend(found)
+                for path in sorted(glob.glob(url)):
+                    urls.extend(_local(as_local_path(path)))
             elif os.path.exists(url):
-                _refuse_compressed(url)
-                urls.append(as_local_path(url))
+                urls.extend(_local(as_local_path(url)))
             else:
                 raise FileNotFoundError(
                     f"shard {url!r} (from spec {spec!r}) does not exist; check the path or pattern"
@@ -122,6 +122,16 @@ def as_local_path(path: str) -> str:
     if (path.startswith("pipe:") or is_remote(path)) and not os.path.isabs(path):
         return os.path.join(".", path)
     return path
+
+
+def _local(path: str) -> list[str]:
+    """The shards of a local path: a file, or a directory's files (`sources.expand_local`:
+    JSONL, Parquet, HF save_to_disk, megatron pairs, tars); an unreadable file raises."""
+    out = [as_local_path(p) for p in expand_local(path)]
+    for p in out:
+        if format_of(p) == "tar":
+            _refuse_compressed(p)
+    return out
 
 
 def _refuse_compressed(path: str) -> None:
@@ -164,26 +174,86 @@ def _split_name(name: str) -> tuple[str, str] | None:
     return match.group(1), match.group(2).lower()
 
 
-def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadMember]:
-    """Consecutive members with one key form a sample; damage spoils the samples beside it.
+def _where(ev: TarDamage) -> str:
+    return f"bytes {ev.start}..{'end' if ev.stop < 0 else ev.stop}"
 
-    Members lost in a damaged region may belong to the sample before it or the one after it
-    (which one cannot be known from the tar), so both are reported as possibly incomplete
-    rather than passed on with a member silently missing.
+
+def _damaged_key(ev: TarDamage) -> str | None:
+    """The sample key a damaged header still names, or None."""
+    split = _split_name(ev.name) if ev.name else None
+    return None if split is None else split[0]
+
+
+def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadMember]:
+    """Consecutive members with one key form a sample; damage spoils the samples it may touch.
+
+    Members lost in a damaged region may belong to the sample before it or the one after it.
+    When the damaged header still names its member (`TarDamage.name`) the loss is pinned to
+    that sample, but only once a neighbour confirms the name (a bit flip in the name must not
+    clear an incomplete sample): the sample before the region has the same key, or the first
+    member after it does. What lies between a member of key K and the next member of key K
+    belongs to K; the sample on the other side is kept only when the region is exactly the
+    named member (`exact`). Anything unconfirmed falls back to reporting the region and both
+    neighbours as possibly incomplete rather than passing a sample on with a member missing.
     """
     current: RawSample | None = None
     bad: str | None = None  # why `current` cannot be used
-    after_damage: str | None = None
+    after_damage: str | None = None  # why the next sample to start cannot be used
+    pending: TarDamage | None = None  # a named damage waiting for the event after it
+    held: RawSample | None = None  # the sample before `pending` (another key): kept if confirmed
+    held_bad: str | None = None
+
+    def lost(ev: TarDamage) -> str:
+        return f"member {ev.name!r} is lost in damaged tar {_where(ev)}: {ev.reason}"
+
+    def settle(confirmed: bool) -> Iterator[BadMember | RawSample]:
+        """Decide `pending` now that the event after it is known (`confirmed`: it names K)."""
+        nonlocal current, bad, after_damage, pending, held, held_bad
+        ev, pending = pending, None
+        assert ev is not None
+        key = _damaged_key(ev)
+        assert key is not None
+        before = current is None or current.key != key  # the region starts a new sample K
+        if confirmed and before:
+            if held is not None:  # complete: every lost member comes after it and is K's
+                yield held if held_bad is None else BadMember(held.key, held_bad)
+            current, bad, after_damage = RawSample(key=key, members={}, payload={}), lost(ev), None
+        elif not confirmed:
+            if before and held is not None:
+                yield BadMember(
+                    held.key,
+                    held_bad or f"precedes damaged tar {_where(ev)}: it may be missing members",
+                )
+            yield BadMember(f"({_where(ev)})", ev.reason)
+            after_damage = f"follows damaged tar {_where(ev)}: it may be missing members"
+        held, held_bad = None, None
+
     for ev in events:
+        if pending is not None:
+            nxt = (
+                _damaged_key(ev)
+                if isinstance(ev, TarDamage)
+                else (_split_name(ev.name) or (None,))[0]
+            )
+            yield from settle(nxt == _damaged_key(pending))
         if isinstance(ev, TarDamage):
-            where = f"bytes {ev.start}..{'end' if ev.stop < 0 else ev.stop}"
+            key = _damaged_key(ev)
+            if key is not None and current is not None and current.key == key:
+                bad = bad or lost(ev)  # the sample it belongs to, read up to here
+                if not ev.exact:  # the region may hide more: settled by what follows
+                    pending = ev
+                continue
+            if key is not None:  # names the next sample: hold the one before until confirmed
+                held, held_bad, current, bad, pending = current, bad, None, None, ev
+                continue
             if current is not None:
                 yield BadMember(
-                    current.key, bad or f"precedes damaged tar {where}: it may be missing members"
+                    current.key,
+                    bad or f"precedes damaged tar {_where(ev)}: it may be missing members",
                 )
                 current = None
-            yield BadMember(f"({where})", ev.reason)
-            after_damage = f"follows damaged tar {where}: it may be missing members"
+            yield BadMember(f"({_where(ev)})", ev.reason)
+            after_damage = f"follows damaged tar {_where(ev)}: it may be missing members"
             continue
         split = _split_name(ev.name)
         if split is None:
@@ -204,6 +274,8 @@ def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadM
         current.members[ext] = (ev.offset, ev.size)
         if ev.data is not None:
             current.payload[ext] = ev.data
+    if pending is not None:
+        yield from settle(False)
     if current is not None:
         yield current if bad is None else BadMember(current.key, bad)
 

@@ -7,7 +7,9 @@ walker reports each as a `TarDamage` with byte offsets instead:
 
 - a 512-byte header whose checksum fails (`tarfile.TarInfo.frombuf` checks it) starts a
   damaged region; the walker resyncs at the next 512-aligned block that is a valid ustar
-  header (checksum and the `ustar` magic) and reads on, so only the region is lost;
+  header (checksum and the `ustar` magic) and reads on, so only the region is lost; when the
+  bad header still spells a file member's name, the damage carries that name and whether the
+  region is exactly that member, so the grouping can blame the one sample it belonged to;
 - a zero block is the end-of-archive marker only if nothing but zeros follows it; a zeroed
   header followed by more members is damage, resynced the same way (all-zero gaps, as between
   concatenated archives, lose nothing and are not reported);
@@ -55,11 +57,20 @@ class TarMember(msgspec.Struct, frozen=True):
 
 
 class TarDamage(msgspec.Struct, frozen=True):
-    """Bytes `start..stop` could not be read as tar (`stop` = -1: to the end of the source)."""
+    """Bytes `start..stop` could not be read as tar (`stop` = -1: to the end of the source).
+
+    `name` is the member name a header with a failed checksum still spells ("" when the block
+    is no recognisable file header); `exact` says the region is exactly that member (its header
+    chain and its data, by the size the header records, with a valid header or the end of the
+    archive right after it), so nothing else can be hidden in it. Together they let the grouping
+    blame the one sample the lost member belonged to instead of both neighbours.
+    """
 
     start: int
     stop: int
     reason: str
+    name: str = ""
+    exact: bool = False
 
 
 def compression_of(head: bytes) -> str | None:
@@ -79,24 +90,52 @@ def _is_resync_header(block: bytes) -> bool:
     return block[257:262] == b"ustar" and _header(block) is not None
 
 
-def _resync(src: ByteSource) -> tuple[bytes | None, bool]:
-    """Read on to the next valid header block: (that block or None at the end, saw non-zero).
+def _resync(src: ByteSource) -> tuple[bytes | None, int]:
+    """Read on to the next valid header block: (that block or None at the end, dirty end).
 
-    Reads in chunks so scanning a damaged 1 GB video costs one Python step per 512 bytes of
-    a buffer, not one read() each.
+    The dirty end is the offset just past the last non-zero byte read on the way (-1 when all
+    were zeros): it tells an all-zero gap from lost data, and whether only zeros follow a
+    damaged member's data. Reads in chunks so scanning a damaged 1 GB video costs one Python
+    step per 512 bytes of a buffer, not one read() each.
     """
-    dirty = False
+    dirty_end = -1
     while True:
+        at = src.pos
         chunk = src.read(SCAN_CHUNK)
         usable = len(chunk) - len(chunk) % BLOCK
         for k in range(0, usable, BLOCK):
             block = chunk[k : k + BLOCK]
             if _is_resync_header(block):
                 src.unread(chunk[k + BLOCK :])  # the next read starts after the header
-                return block, dirty
-            dirty = dirty or block != ZERO_BLOCK
+                return block, dirty_end
+            if block != ZERO_BLOCK:
+                dirty_end = at + k + BLOCK
         if len(chunk) < SCAN_CHUNK:
-            return None, dirty or any(chunk[usable:])
+            if any(chunk[usable:]):
+                dirty_end = at + len(chunk)
+            return None, dirty_end
+
+
+def _named(block: bytes) -> tuple[str, int | None] | None:
+    """(name, size or None) a file header whose checksum failed still spells, else None.
+
+    Only a block that is plainly a regular-file header (the `ustar` magic, a file type flag, a
+    printable name) qualifies: the name then most likely survived the damage (a flipped size
+    or checksum byte), and the grouping still checks it against the neighbouring members.
+    """
+    if block[257:262] != b"ustar" or block[156:157] not in (b"0", b"\0", b"7"):
+        return None
+    name = tarfile.nts(block[0:100], "utf-8", "surrogateescape")
+    if block[257:265] == b"ustar\x0000":  # POSIX ustar: a long name's head is in the prefix
+        prefix = tarfile.nts(block[345:500], "utf-8", "surrogateescape")
+        name = f"{prefix}/{name}" if prefix else name
+    if not name or not name.isprintable():
+        return None
+    try:
+        size: int | None = tarfile.nti(block[124:136])
+    except tarfile.InvalidHeaderError:  # the size field itself is damaged
+        size = None
+    return name, size
 
 
 def _pax_fields(data: bytes) -> dict[str, str]:
@@ -138,19 +177,21 @@ def _cut(chain: int, at: int, got: int) -> TarDamage:
     )
 
 
-def _damage(block: bytes, start: int, chain: int, stop: int) -> TarDamage:
+def _damage(
+    block: bytes, start: int, chain: int, stop: int, name: str = "", exact: bool = False
+) -> TarDamage:
     what = (
         "a zero block (end-of-archive marker)"
         if block == ZERO_BLOCK
-        else "a corrupt member header (bad checksum)"
+        else "a corrupt member header (bad checksum)" + (f" still naming {name!r}" if name else "")
     )
-    if chain == 0 and stop < 0:
+    if chain == 0 and stop < 0 and not name:
         why = "not a tar archive: no valid member header anywhere"
     elif stop < 0:
         why = f"{what} at byte {start} and no valid header after it"
     else:
         why = f"{what} at byte {start}; reading resumed at byte {stop}"
-    return TarDamage(chain, stop, f"{why}; re-create the shard")
+    return TarDamage(chain, stop, f"{why}; re-create the shard", name, exact)
 
 
 def walk_tar(src: ByteSource, want: Callable[[str], bool]) -> Iterator[TarMember | TarDamage]:
@@ -187,13 +228,25 @@ def walk_tar(src: ByteSource, want: Callable[[str], bool]) -> Iterator[TarMember
                 return
             info = None if block == ZERO_BLOCK else _header(block)
             if info is None:
-                found, dirty = _resync(src)
+                named = None if block == ZERO_BLOCK else _named(block)
+                found, dirty_end = _resync(src)
                 stop = src.pos - BLOCK if found is not None else -1
-                if block == ZERO_BLOCK and not dirty and chain == start:
+                if block == ZERO_BLOCK and dirty_end < 0 and chain == start:
                     if found is None:
                         return  # the end-of-archive marker, then only zeros
                 else:  # a lost member: its pending pax / long-name headers go with it
-                    yield _damage(block, start, chain, stop)
+                    name, exact = "", False
+                    if named is not None:
+                        name = pax.get("path") or long_name or named[0]
+                        size = int(pax["size"]) if "size" in pax else named[1]
+                        if size is not None:  # where its data ends, if the size is right
+                            end = start + BLOCK + size + (-size % BLOCK)
+                            exact = (
+                                stop == end
+                                if found is not None
+                                else dirty_end <= end and src.pos >= end + BLOCK
+                            )
+                    yield _damage(block, start, chain, stop, name, exact)
                     if found is None:
                         return
                     long_name, pax = None, {}

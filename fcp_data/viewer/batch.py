@@ -1,8 +1,9 @@
 """One global batch to plan and draw: its lengths, attention kinds, origin and a saved plan.
 
 Sources, as `fcp view` / `fcp plan` take them: a saved Plan JSON (its groups record every
-sequence's length), a length index or shard specs (one global batch drawn by the loader's own
-sampler, so the picture is the batch training would see at that step), or a list of lengths.
+sequence's length; a file from `fcp plan -o` also the cost model and cluster it was made with,
+`saved.py`), a length index or shard specs (one global batch drawn by the loader's own sampler,
+so the picture is the batch training would see at that step), or a list of lengths.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ..planner import Plan
+from ..planner import Cluster, CostModel, Plan
 
 __all__ = [
     "Batch",
@@ -27,12 +28,15 @@ __all__ = [
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Batch:
-    """One global batch to plan: lengths, attention kinds, where it came from, a saved plan."""
+    """One global batch to plan: lengths, attention kinds, where it came from, a saved plan and
+    the cost model and cluster that plan was made with (None when its file records none)."""
 
     seqlens: np.ndarray
     causal: np.ndarray
     label: str
     saved: Plan | None = None
+    saved_cost: CostModel | None = None
+    saved_cluster: Cluster | None = None
 
 
 def batch_from_lengths(lengths: Sequence[int] | np.ndarray, label: str = "lengths") -> Batch:
@@ -47,11 +51,15 @@ def batch_from_lengths(lengths: Sequence[int] | np.ndarray, label: str = "length
 
 
 def batch_from_plan(path: str | Path) -> Batch:
-    """The sequences a saved plan (`fcp plan -o plan.json`) places; the plan rides along."""
+    """The sequences a saved plan (`fcp plan -o plan.json`) places; the plan rides along, with
+    the cost model and cluster it was made with when the file records them."""
+    from .saved import read_saved_plan
+
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--plan {p}: no such file (write one with `fcp plan -o {p}`)")
-    plan = Plan.from_json(p.read_bytes())
+    saved = read_saved_plan(p.read_bytes(), f"--plan {p}")
+    plan = saved.plan
     if plan.dropped:
         raise ConfigError(
             f"{p}: the plan dropped sequences {list(plan.dropped)[:5]} whose lengths it does not "
@@ -62,7 +70,14 @@ def batch_from_plan(path: str | Path) -> Batch:
     for g in plan.groups:
         lens[list(g.sequence_ids)] = g.seqlens
         causal[list(g.sequence_ids)] = g.causal
-    return Batch(seqlens=lens, causal=causal, label=f"plan {p}", saved=plan)
+    return Batch(
+        seqlens=lens,
+        causal=causal,
+        label=f"plan {p}",
+        saved=plan,
+        saved_cost=saved.cost,
+        saved_cluster=saved.cluster,
+    )
 
 
 def _draw(src: object, label: str, batch_size: int, seed: int, batch_index: int) -> Batch:

@@ -64,7 +64,11 @@ def draw(
     n = cluster.num_replicas
     xmax = 1.04 * max(r.makespan for r in ok)
     panel = _panel_height(n)
-    height = (panel + 0.8) * len(ok) + 1.2
+    lens = batch.seqlens
+    # plans that leave sequences out get a second title line: room for it above the first panel
+    short = [r for r in ok if r.plan is not None and len(r.plan.sequence_ids()) < lens.size]
+    head = 0.9 + (0.2 if short else 0.0)
+    height = (panel + 0.8) * len(ok) + 1.2 + (head - 0.9)
     fig = plt.figure(figsize=(17, height), dpi=110)
     grid = fig.add_gridspec(
         len(ok),
@@ -72,14 +76,14 @@ def draw(
         width_ratios=(4.2, 1),
         hspace=0.8 / (panel + 0.8) * 1.6,
         wspace=0.1,
-        top=1 - 0.9 / height,
+        top=1 - head / height,
         bottom=0.75 / height,
     )
     axes = [fig.add_subplot(grid[i, 0]) for i in range(len(ok))]
     for ax, res in zip(axes, ok):
         assert res.plan is not None
         bars, _ = timeline(res.plan, batch.seqlens, cluster, cost, batch.causal)
-        draw_panel(ax, res, bars, wave_spans(res.plan, bars), n, xmax)
+        draw_panel(ax, res, bars, wave_spans(res.plan, bars), n, xmax, batch.seqlens.size)
     axes[-1].set_xlabel("predicted time (s)")
     handles, labels = axes[0].get_legend_handles_labels()
     degrees = sorted({d for r in ok if r.plan is not None for d in r.plan.degrees})
@@ -95,11 +99,15 @@ def draw(
         bbox_to_anchor=(0.05, 0.0),
     )
     draw_degree_table(fig.add_subplot(grid[:, 1]), ok)
-    lens = batch.seqlens
     fig.suptitle(
         title
         or f"{batch.label}: {lens.size} sequences (max {int(lens.max()):,}, mean "
-        f"{float(lens.mean()):,.0f} tokens) on {n} replicas · {cost.name}",
+        f"{float(lens.mean()):,.0f} tokens) on {n} replicas · {cost.name}"
+        + (
+            f" · {len(short)} of {len(ok)} plans leave sequences out (their titles say how many)"
+            if short
+            else ""
+        ),
         fontsize=12,
         x=0.05,
         y=1 - 0.2 / height,

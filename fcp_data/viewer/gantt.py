@@ -9,6 +9,9 @@ all-to-all over 2, ring over 4);
 the fit is measured as 0.62 x font size per character and font size + 1 pt of height.
 Waves: a bracket per wave above the axes (labelled w0, w1, ... where there is room) and a
 vertical line where each wave after the first starts (solid at a barrier, dotted otherwise).
+Every panel's title counts the sequences its plan places; a plan that leaves some out (too long
+for the whole cluster) says so on a second line, and the title turns red, so no panel shows
+fewer sequences than the picture's title names without saying how many and why.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from ..planner.compare import StrategyResult
 from .bars import Bar, WaveSpan
 from .colors import degree_color, text_color
+from .summary import left_out
 
 __all__ = ["axes_points", "draw_degree_table", "draw_panel", "label_for"]
 
@@ -115,8 +119,10 @@ def draw_panel(
     spans: list[WaveSpan],
     num_replicas: int,
     xmax: float,
+    num_sequences: int | None = None,
 ) -> None:
-    """Bars of one plan, its waves, the lower bound and the makespan, and a one-line title."""
+    """Bars of one plan, its waves, the lower bound and the makespan, and its title: one line,
+    and a second in red when the plan places fewer than the batch's `num_sequences`."""
     ax.set_xlim(0, xmax)
     ax.set_ylim(num_replicas - 0.5, -0.5)
     width_pt, height_pt = axes_points(ax)
@@ -150,13 +156,17 @@ def draw_panel(
     ax.axvline(res.makespan, color="black", ls=":", lw=1.0, label="makespan", zorder=4)
     assert res.plan is not None
     waves = res.plan.num_waves
+    placed = len(res.plan.sequence_ids())
+    note = left_out(res, num_sequences) if num_sequences is not None else ""
     ax.set_title(
         f"{res.strategy}: makespan {res.makespan:.3g} s = {res.ratio:.2f}× lower bound "
         f"{res.lower_bound:.3g} s · utilisation {res.utilization:.0%} · "
-        f"{len(res.plan.groups)} CP groups, {waves} wave{'s' if waves > 1 else ''}",
+        f"{len(res.plan.groups)} CP groups, {waves} wave{'s' if waves > 1 else ''}, "
+        f"{placed} sequences" + (f"\n{note}; they are not drawn" if note else ""),
         loc="left",
         fontsize=10,
         pad=22,
+        color="crimson" if note else "black",
     )
     ax.set_ylabel("replica")
 

@@ -26,7 +26,7 @@ __all__ = [
 
 MEDIA_MARKERS = ("<image>", "<video>")
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
-ROLES |= {"system": "system"}
+ROLES |= {"system": "system", "tool": "tool"}
 Segment = tuple[str, str, str]  # (role, kind: header / text / media, text)
 
 

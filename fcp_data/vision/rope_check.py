@@ -3,7 +3,7 @@
 Qwen's fine-tuning code and transformers 4.x start the text after a video at max(video ids) + 1;
 transformers 5.x's `get_rope_index` starts it at start + max(h, w) (merged grid). A model trained
 on one and run (its own forward, generation) on the other sees different positions after every
-long video: with the README's VLM loop on transformers 5.x, the old "max+1" default gave
+long video: with the VLM loop of docs/vlm.md on transformers 5.x, the old "max+1" default gave
 gradients 1.6e-1 off and a loss 2e-7 off the model's own forward (a tester's measurement), with
 no error anywhere. So `VisionOptions(next_text="auto")`, the default,
 runs the installed model class's own rope-index function once per process on a tiny synthetic

@@ -10,7 +10,9 @@ all-reduce and the optimizer step are in neither).
 
 Optional second passes over the same batches, from the same initial weights: `baseline` (e.g.
 "static": the measured price of one fixed CP degree) and `no_cp` (every sequence at degree 1:
-ring attention is exact, so the loss differs by float rounding only).
+ring attention is exact, so the loss differs by float rounding only). `rounds` > 1 repeats the
+strategy and baseline passes, alternating, so the spread of one strategy's time between
+rounds says how much of a measured difference is run-to-run noise (`TrainReport.rounds`).
 """
 
 from __future__ import annotations
@@ -57,9 +59,11 @@ class TrainConfig:
     video: int = 8
     no_cp: bool = False
     workers: int = 0
+    rounds: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("replicas", "steps", "global_batch", "max_tokens", "tokens_per_replica"):
+        names = ("replicas", "steps", "global_batch", "max_tokens", "tokens_per_replica", "rounds")
+        for name in names:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"TrainConfig.{name}={v!r} must be an integer >= 1")
@@ -67,12 +71,15 @@ class TrainConfig:
 
 @dataclass(kw_only=True, slots=True)
 class TrainReport:
-    """Per-step records from rank 0 (loss, waves, degrees, predicted and measured seconds)."""
+    """Per-step records from rank 0 (loss, waves, degrees, predicted and measured seconds, plan
+    digest) of the first round; `rounds` holds every round's measured seconds per step,
+    {"strategy_s": [...], "baseline_s": [...]}."""
 
     steps: list[dict[str, Any]]
     baseline_steps: list[dict[str, Any]]
     no_cp_steps: list[dict[str, Any]]
     wall_s: float
+    rounds: list[dict[str, list[float]]] = field(default_factory=list)
 
 
 def _epochs(loader: Any) -> Iterator[Any]:
@@ -134,6 +141,7 @@ def _train(
                 "predicted_s": m.predicted_time,
                 "measured_s": float(stats[1]),
                 "wall_s": float(stats[2]),
+                "digest": m.digest,
             }
         )
         if rank == 0 and not quiet:
@@ -171,8 +179,20 @@ def worker(cfg: TrainConfig, report: str | None) -> None:
     if cfg.baseline:  # a side-by-side timing: one unrecorded step first, so neither run
         warm = dataclasses.replace(cfg, steps=1)  # pays the process's cold start alone
         _train(warm, rank, cache, cfg.strategy, no_cp=False, quiet=True)
-    steps = _train(cfg, rank, cache, cfg.strategy, no_cp=False)
-    base = _train(cfg, rank, cache, cfg.baseline, no_cp=False) if cfg.baseline else []
+    rounds: list[dict[str, list[float]]] = []
+    steps: list[dict] = []
+    base: list[dict] = []
+    for r in range(cfg.rounds):  # alternating, so a drift of the machine hits both alike
+        again = _train(cfg, rank, cache, cfg.strategy, no_cp=False, quiet=r > 0)
+        other: list[dict] = []
+        if cfg.baseline:
+            other = _train(cfg, rank, cache, cfg.baseline, no_cp=False, quiet=r > 0)
+        if r == 0:
+            steps, base = again, other
+        rounds.append(
+            {"strategy_s": [s["measured_s"] for s in again],
+             "baseline_s": [s["measured_s"] for s in other]}
+        )  # fmt: skip
     no_cp = _train(cfg, rank, cache, cfg.strategy, no_cp=True) if cfg.no_cp else []
     if rank == 0 and no_cp:
         for a, b in zip(steps, no_cp):
@@ -182,7 +202,9 @@ def worker(cfg: TrainConfig, report: str | None) -> None:
             )
     if rank == 0 and report:
         Path(report).write_text(
-            json.dumps({"steps": steps, "baseline_steps": base, "no_cp_steps": no_cp})
+            json.dumps(
+                {"steps": steps, "baseline_steps": base, "no_cp_steps": no_cp, "rounds": rounds}
+            )
         )
     cache.clear()
     ps.destroy_model_parallel()
@@ -258,4 +280,5 @@ def launch(cfg: TrainConfig, *, timeout_s: float = 600.0) -> TrainReport:
         baseline_steps=data["baseline_steps"],
         no_cp_steps=data["no_cp_steps"],
         wall_s=time.perf_counter() - t0,
+        rounds=data.get("rounds", []),
     )

@@ -12,7 +12,10 @@ micro-batch each replica encodes only the tubelets whose tokens it holds
 (`fcp_exec.vision.encode_and_scatter`) and no collective moves vision embeddings; gradients are
 summed over replicas. Per step rank 0 prints the plan, the tubelets each replica encoded beside
 what encoding every held video whole on every member would cost, and the planner's predicted
-time (language model, cpu-small profile) beside the measured forward + backward time.
+time (language model, cpu-small profile) beside the measured forward + backward time, the
+step's wall time, tokens/s and the time it waited for data; the run closes with a summary.
+Your own data: `--index` (a qwen2.5-vl index) with `--tokenizer` (the tokenizer it was counted
+with, holding Qwen's vision special tokens); `--cost` plans with your profile or a shipped name.
 gloo on CPU; NCCL with --device cuda (one GPU per process by LOCAL_RANK; not run here).
 """
 
@@ -82,10 +85,14 @@ def tiny_qwen25_vl(tok: Any, seed: int) -> Any:
 
     torch.manual_seed(seed)
     ids = {n: tok.token_to_id(n) for n in SPECIALS}
+    missing = [n for n, i in ids.items() if i is None]
+    if missing:
+        raise ValueError(f"the tokenizer has no {missing}: Qwen2.5-VL's vision tokens are needed")
+    vocab = max(512, -(-tok.get_vocab_size() // 64) * 64)  # the sample tokenizer's: 512
     cfg = Qwen2_5_VLConfig(
         text_config=dict(
             hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, vocab_size=512, max_position_embeddings=32768,
+            num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=32768,
             rope_scaling={"type": "mrope", "mrope_section": [4, 2, 2]}, bos_token_id=0,
             eos_token_id=0,
         ),
@@ -109,6 +116,18 @@ def _step_line(step: int, loss: float, m: Any, rows: Any, measured: float) -> st
         f"step {step}: loss {loss:.4f} | {m.num_waves} wave(s) {mix} | tubelets encoded / "
         f"whole videos per replica {enc} | predicted {m.predicted_time:.3f} s, measured "
         f"{measured:.3f} s"
+    )
+
+
+def _summary(records: list[tuple[float, float, float, int]], world: int) -> str:
+    """The closing line: steps, loss first -> last, wall time, tokens/s, time waiting for data."""
+    wall = sum(r[1] for r in records)
+    wait = sum(r[2] for r in records)
+    tokens = sum(r[3] for r in records)
+    return (
+        f"{len(records)} steps on {world} replicas: loss {records[0][0]:.4f} -> "
+        f"{records[-1][0]:.4f}; wall {wall:.2f} s, {tokens / wall:,.0f} tokens/s, waited "
+        f"{wait:.2f} s for data ({wait / wall:.0%} of the wall time)"
     )
 
 
@@ -138,8 +157,8 @@ def train(args: argparse.Namespace) -> None:
         torch.cuda.set_device(dev)
     else:
         torch.set_num_threads(1)
-    tok = Tokenizer.from_file(str(Path(args.out) / "tok.json"))
-    index = LengthIndex.open(Path(args.out) / "index")
+    tok = Tokenizer.from_file(args.tokenizer or str(Path(args.out) / "tok.json"))
+    index = LengthIndex.open(args.index or Path(args.out) / "index")
     # a sample longer than the whole cluster holds cannot be planned: leave it out
     src = CappedSource(index, min(args.max_tokens, world * args.tokens_per_replica))
     units = VisionWork.from_index(src).units  # whole-video tubelets per (kept) sample
@@ -149,13 +168,20 @@ def train(args: argparse.Namespace) -> None:
     loader = FCPDataLoader(
         src, replica=rank, global_batch_size=args.global_batch, seed=args.seed, num_workers=0,
         cluster=Cluster(world, tokens_per_replica=args.tokens_per_replica),
-        cost=CostModel.load(resolve_cost("cpu-small")), tokenizer=tok,
+        cost=CostModel.load(resolve_cost(args.cost)), tokenizer=tok,
         options=LoaderOptions(vision=VisionOptions(tokens_per_second=2)),
     )  # fmt: skip
     cache = CPGroupCache(ReplicaRanks(world_size=world), capacity=64)
     step, busy, loss_sum = 0, 0.0, torch.zeros((), device=dev)
     enc = torch.zeros(2, dtype=torch.int64, device=dev)  # (tubelets encoded, whole videos)
-    for mb in loader:
+    records: list[tuple[float, float, float, int]] = []  # (loss, wall, data wait, tokens)
+    it, wait, t_step = iter(loader), 0.0, time.perf_counter()
+    while True:
+        t_wait = time.perf_counter()
+        mb = next(it, None)  # blocked here = waiting for data
+        wait += time.perf_counter() - t_wait
+        if mb is None:
+            break
         with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
             mb = mb.to(dev)
             t0 = time.perf_counter()
@@ -177,18 +203,26 @@ def train(args: argparse.Namespace) -> None:
         opt.zero_grad(set_to_none=True)
         step += 1
         dist.all_reduce(loss_sum)
-        t = torch.tensor([busy], device=dev)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        t = torch.tensor([busy, time.perf_counter() - t_step, wait], device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest replica
         rows = [torch.zeros_like(enc) for _ in range(world)]
         dist.all_gather(rows, enc)
+        m = loader.metrics
+        records.append((float(loss_sum), float(t[1]), float(t[2]), m.num_tokens))
         if rank == 0:
-            m = loader.metrics
-            print(_step_line(step, float(loss_sum), m, torch.stack(rows).cpu(), float(t)),
-                  flush=True)  # fmt: skip
+            print(
+                _step_line(step, float(loss_sum), m, torch.stack(rows).cpu(), float(t[0]))
+                + f" | wall {float(t[1]):.3f} s, {m.num_tokens / float(t[1]):,.0f} tokens/s, "
+                f"data wait {float(t[2]):.3f} s",
+                flush=True,
+            )
         busy, loss_sum = 0.0, torch.zeros((), device=dev)
+        wait, t_step = 0.0, time.perf_counter()
         enc.zero_()
         if step == args.steps:
             break
+    if rank == 0 and records:
+        print(_summary(records, world), flush=True)
     cache.clear()
     dist.destroy_process_group()
 
@@ -211,9 +245,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/vlm", help="shards, tokenizer and index go here")
+    p.add_argument("--index", help="your qwen2.5-vl length index (default: sample data in --out)")
+    p.add_argument("--tokenizer", help="the tokenizer.json --index was counted with")
+    p.add_argument("--cost", default="cpu-small", help="cost profile: a JSON or a shipped name")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--timeout", type=float, default=600.0, help="launcher deadline (seconds)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.index is None) != (args.tokenizer is None):
+        p.error("--index and --tokenizer go together: the index counts that tokenizer's ids")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..launch import free_port
 
-    prepare(Path(args.out), text=args.text, video=args.video, seed=args.seed)
+    if args.index is None:
+        prepare(Path(args.out), text=args.text, video=args.video, seed=args.seed)
     port, procs = free_port(), []
     for r in range(args.replicas):
         env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "OMP_NUM_THREADS": "1",

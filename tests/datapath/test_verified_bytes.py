@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 import warnings
 import zlib
 from pathlib import Path
@@ -181,10 +180,9 @@ def test_a_stalled_body_is_bounded(served, tmp_path, bpe_file, cost) -> None:
     srv.stall_s = 4.0
     fresh = LengthIndex.open(index.path)
     fresh.remote = RemoteOptions(retries=1, backoff_s=0.01, stall_timeout_s=0.5)
-    t = time.monotonic()
-    with pytest.raises(DataError, match="still failing after 1 retries"):
+    # each attempt ends at the 0.5 s read timeout (a wait for the 4 s stall ends in a cut body)
+    with pytest.raises(DataError, match=r"still failing after 1 retries \(\w*Timeout\w*:"):
         fresh.read(0)
-    assert time.monotonic() - t < 3.0  # 2 attempts x 0.5 s, not 2 x 4 s
     # num_workers=0 with a long stall limit: the sample time limit bounds it, prefetch too
     ld = FCPDataLoader(
         index.path,
@@ -199,10 +197,9 @@ def test_a_stalled_body_is_bounded(served, tmp_path, bpe_file, cost) -> None:
             remote=RemoteOptions(retries=0, stall_timeout_s=30.0),
         ),
     )
-    t = time.monotonic()
-    with pytest.raises(SampleReadError, match="sample_timeout_s"):
+    # prefetch and read each bounded by 1 s, not 30 s: a 4 s wait would fail as a cut body
+    with pytest.raises(SampleReadError, match=r"did not finish within sample_timeout_s=1 s"):
         next(iter(ld))
-    assert time.monotonic() - t < 10.0  # prefetch and read each bounded by 1 s, not 30 s
     srv.stall_s = 0.0
 
 
@@ -211,15 +208,14 @@ def test_index_time_streams_respect_the_stream_timeout(served, tmp_path, bpe_fil
 
     srv, urls = served
     srv.stall_s = 5.0
-    t = time.monotonic()
-    with pytest.raises(DataError, match="still failing"):
+    # each attempt ends at the 0.5 s stream timeout (a wait for the 5 s stall: a cut body)
+    with pytest.raises(DataError, match=r"still failing after \d+ retries \(\w*Timeout\w*:"):
         build_index(
             urls[:1],
             tmp_path / "idx",
             config=ScanConfig(stream_timeout_s=0.5),
             counter=load_counter(str(bpe_file)),
         )
-    assert time.monotonic() - t < 8.0  # (retries + 1) x 0.5 s plus backoff, not 6 x 5 s
 
 
 def test_an_s3_object_overwritten_mid_epoch_is_caught(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -58,7 +59,7 @@ def test_p2p_fit_recovers_latency_and_bandwidth() -> None:
 def test_p2p_measurement_on_two_real_processes() -> None:
     points = measure_p2p((4096, 1 << 20), repeats=2, timeout_s=90)
     assert [p.nbytes for p in points] == [4096, 1 << 20]
-    assert all(0 < p.seconds < 5 for p in points)
+    assert all(math.isfinite(p.seconds) and p.seconds > 0 for p in points)  # no time bound
 
 
 def test_fcp_profile_quick_writes_a_profile_cost_model_reads(tmp_path, capsys) -> None:
@@ -155,7 +156,7 @@ def test_all_to_all_measurement_on_three_real_processes() -> None:
     points = measure_a2a((3 * 4096, 3 << 18), world=3, repeats=2, timeout_s=90)
     # buffers are split evenly over the members: a multiple of 3 floats
     assert [p.nbytes for p in points] == [3 * 4096, 3 << 18]
-    assert all(0 < p.seconds < 5 and p.world == 3 for p in points)
+    assert all(math.isfinite(p.seconds) and p.seconds > 0 and p.world == 3 for p in points)
 
 
 def test_fcp_profile_head_parallel_prices_the_shapes_transports(tmp_path, capsys) -> None:

@@ -1,4 +1,4 @@
-"""examples/train_megatron.py as a user runs it, on 4 replicas (its defaults run 2: README.md
+"""examples/train_megatron.py as a user runs it, on 4 replicas (its defaults run 2: docs/training.md
 runs that command as written, tests/test_readme.py).
 
 Run as a subprocess from a temporary working directory: without torchrun's environment the

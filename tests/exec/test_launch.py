@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from fcp_exec.launch import free_port, run_group
@@ -25,7 +23,6 @@ def test_run_group_returns_rank0_result_and_checks_failures_and_hangs():
     assert got["world"] == 2 and got["value"] == 41 and got["port"] > 0
     with pytest.raises(RuntimeError, match=r"fail: process exit codes \[0, 3\]"):
         run_group(fail_on_rank_1, 2, timeout_s=60, what="fail")
-    t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"hang: process exit codes .*result missing"):
+    # killed at the 3 s deadline (SIGKILL: -9), not waited for: hang() would exit 0 after 60 s
+    with pytest.raises(RuntimeError, match=r"hang: process exit codes \[-9, -9\].*result missing"):
         run_group(hang, 2, timeout_s=3, what="hang")
-    assert time.monotonic() - t0 < 30

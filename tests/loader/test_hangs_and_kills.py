@@ -51,8 +51,7 @@ def test_a_read_stuck_on_a_fifo_is_bounded_inline(shards, cost, tmp_path, on_err
     index = FifoIndex(shards[0], ByteTokenizer(), victim=victim, fifo=fifo)
     key = str(index.keys[victim])
     ld = make(index, cost, owner_of(index, cost, key), 0, on_error=on_error, sample_timeout_s=0.5)
-    t0 = time.monotonic()
-    try:
+    try:  # the FIFO never gets a writer: only the 0.5 s limit ends the read (else: a hang)
         if on_error == "raise":
             with pytest.raises(SampleReadError, match=rf"{key}.*sample_timeout_s=0.5 s"):
                 list(ld)
@@ -63,7 +62,6 @@ def test_a_read_stuck_on_a_fifo_is_bounded_inline(shards, cost, tmp_path, on_err
     finally:
         fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # release the abandoned reader thread
         os.close(fd)
-    assert time.monotonic() - t0 < 30  # one 0.5 s wait, not a hang
 
 
 def test_a_hung_worker_raises_after_timeout_s(shards, cost) -> None:
@@ -71,7 +69,6 @@ def test_a_hung_worker_raises_after_timeout_s(shards, cost) -> None:
     probe = make(index, cost, 0, 0)
     total = int(index.seqlens[probe.sampler.batch(0, 1)].sum())  # global batch 1 hangs
     ld = make(index, cost, 0, 2, planner=HangingPlanner(total), timeout_s=1.0)
-    t0 = time.monotonic()
     got = []
     with pytest.raises(DataError) as info:
         for mb in ld:
@@ -79,7 +76,7 @@ def test_a_hung_worker_raises_after_timeout_s(shards, cost) -> None:
     msg = str(info.value)
     assert "no global batch for 1 s (LoaderOptions.timeout_s)" in msg, msg
     assert "DataLoader worker 1 (pid" in msg and "global batches [1" in msg, msg
-    assert set(got) == {0} and time.monotonic() - t0 < 40
+    assert set(got) == {0}  # the message names the 1 s limit: what ended the wait
 
 
 def test_a_slow_batch_within_timeout_s_is_awaited(shards, cost, monkeypatch) -> None:
@@ -117,7 +114,6 @@ def test_a_sigkilled_worker_is_one_named_error(shards, cost, tmp_path, how: str)
     stop = threading.Event()
     killer = threading.Thread(target=_kill_when_written, args=(pid_file, stop), daemon=True)
     killer.start()
-    t0 = time.monotonic()
     try:
         with pytest.raises(DataError) as info:
             list(ld)
@@ -127,7 +123,6 @@ def test_a_sigkilled_worker_is_one_named_error(shards, cost, tmp_path, how: str)
     assert "was killed by SIGKILL (often the kernel's OOM killer)" in msg, msg
     assert "DataLoader worker " in msg and "global batches [" in msg, msg
     assert victim in msg, msg  # the suspect is named
-    assert time.monotonic() - t0 < 60
 
 
 def test_a_worker_killed_after_queueing_a_batch(shards, cost) -> None:

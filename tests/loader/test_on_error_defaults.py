@@ -3,7 +3,8 @@
 A scan (fcp index, ScanConfig, shard specs for `fcp plan --shards` or a Blend) records every
 left-out sample in the index header, and the loader counts them per batch; a sample that was
 indexed but no longer reads at training time means the data changed, so the loader stops on it
-unless told to skip. README.md and docs/reliability-readers.md say so; this test keeps them true.
+unless told to skip. docs/loader.md and docs/reliability-readers.md say so; this test keeps them
+true.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def test_loader_raises_and_scans_skip_by_default() -> None:
 
 
 def test_the_docs_state_the_same_defaults() -> None:
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs/loader.md").read_text().split())
     assert 'The loader\'s default, `LoaderOptions(on_error="raise")`' in readme
     assert re.search(r"Scans default to `\"skip\"`", readme)
     assert '`LoaderOptions(on_error="skip")` (the default)' not in readme

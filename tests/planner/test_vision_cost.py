@@ -334,11 +334,48 @@ def test_vision_profile_recovers_known_coefficients_and_lands_in_the_saved_model
     assert CostModel.load(tmp_path / "p.json").vision == got
 
 
-def test_tiny_encoder_really_runs_and_grows_with_patches():
+def test_tiny_encoder_really_runs_and_grows_with_patches(monkeypatch):
+    """Counted work, not wall time (a timing ratio failed from warm-up): every run that
+    time_encoder times is the whole stack forward on the unit's P patches (every linear layer
+    on P rows, the merger on P/4, attention over all P) and backward through every layer."""
+    import torch
+
     from fcp_data.profiling.vision import VisionProfileConfig, time_encoder
 
     c = VisionProfileConfig(layers=1, hidden=32, heads=2, ffn=64, repeats=1)
-    assert 0 < time_encoder(c, 16) < time_encoder(c, 1024)
+    rows: list[tuple[int, int, int]] = []  # (in, out, rows) of each linear's forward
+    grads: list[tuple[int, int, int]] = []  # the same, when the gradient reaches its output
+    attention: list[tuple[int, ...]] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, *args, **kwargs):
+        attention.append(tuple(q.shape))
+        return sdpa(q, k, v, *args, **kwargs)
+
+    def linear(module, args, out):
+        if isinstance(module, torch.nn.Linear):
+            key = (module.in_features, module.out_features, args[0].shape[0])
+            rows.append(key)
+            out.register_hook(lambda grad: grads.append(key))
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    hook = torch.nn.modules.module.register_module_forward_hook(linear)
+    h, f = c.hidden, c.ffn
+    try:
+        for p in (16, 64):  # exact counts: the growth shows at any two sizes
+            rows.clear(), grads.clear(), attention.clear()
+            t = time_encoder(c, p)
+            assert np.isfinite(t) and t > 0
+            runs, rest = divmod(len(attention), c.layers)
+            assert rest == 0 and runs >= c.repeats  # each timed run (and the warm-up) ran
+            assert set(attention) == {(c.heads, p, h // c.heads)}  # over all p patches
+            stack = [(3 * c.temporal_patch * c.patch**2, h, p)]  # the patch embedding
+            stack += [(h, 3 * h, p), (h, h, p), (h, f, p), (f, h, p)] * c.layers
+            stack += [(4 * h, 4 * h, p // 4), (4 * h, h, p // 4)]  # the 2x2 merger
+            assert sorted(rows) == sorted(stack * runs)
+            assert sorted(grads) == sorted(rows)  # backward through every layer of every run
+    finally:
+        hook.remove()
 
 
 def byte_ids(text: str) -> list[int]:

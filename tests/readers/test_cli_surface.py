@@ -30,6 +30,7 @@ def test_index_options_frozen() -> None:
         "--rule-option",
         "--tokenizer",
         "--text-field",
+        "--text-special-tokens",
         "--video-attention",
         "--on-error",
         "--max-consecutive-failures",

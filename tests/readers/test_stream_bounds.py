@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -26,9 +25,7 @@ def _tar(path: Path, members: dict[str, bytes]) -> Path:
 
 
 def test_an_endless_non_tar_stream_is_refused_at_its_first_header(tmp_path: Path) -> None:
-    t0 = time.monotonic()
-    index = build_index("pipe:yes", tmp_path / "idx")
-    assert time.monotonic() - t0 < 30  # was: forever
+    index = build_index("pipe:yes", tmp_path / "idx")  # was: forever
     assert len(index) == 0
     [skip] = index.skipped
     assert skip.shard == "pipe:yes" and skip.key == "(bytes 0..end)"
@@ -45,12 +42,11 @@ def test_an_endless_tar_stream_stops_at_the_byte_limit(tmp_path: Path) -> None:
     shard = _tar(tmp_path / "s.tar", {f"k{i}.txt": b"word " * 200 for i in range(4)})
     spec = f"pipe:while true; do cat {shard}; done"  # concatenated archives, never ending
     skipped: list = []
-    t0 = time.monotonic()
     records = list(
         stream_records(spec, config=ScanConfig(stream_max_bytes=1 << 20), skipped=skipped)
     )
-    assert time.monotonic() - t0 < 60
     assert records and all(r.text_tokens == 250 for r in records)  # whole samples kept
+    assert len(records) <= 4 * ((1 << 20) // shard.stat().st_size + 1)  # no more than 1 MiB
     assert skipped[-1].key.endswith("..end)")
     assert "still producing after 1048576 bytes" in skipped[-1].reason
     assert "--stream-max-bytes" in skipped[-1].reason

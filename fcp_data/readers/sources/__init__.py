@@ -1,0 +1,107 @@
+"""Sources other than WebDataset tars: JSON Lines, Parquet, HF `save_to_disk`, megatron.
+
+* `.jsonl` / `.ndjson`: a sample per non-blank line ("line N"), member `json` (the line's
+  bytes), read by pread; remote: yes (a line is a byte range).
+* `.jsonl.gz` / `.jsonl.zst`: the same at offsets in the decompressed stream, read from a
+  decompressed copy in the shard cache; remote: refused.
+* `.parquet`: a sample per row ("row N") of the `--text-field` column, member `txt` (a string
+  column) or `json` (a chat column), read by row group; remote: refused.
+* a HF `save_to_disk` directory (its `data-*.arrow`): rows as Parquet, memory-mapped; remote:
+  refused.
+* megatron `PREFIX.bin` + `PREFIX.idx`: a sample per document ("doc N"), member `npy` (its ids,
+  a byte range of the .bin), lengths from the .idx alone; remote: yes (one range a document).
+
+Each format is detected by name (`detect.format_of`); the scanner turns its samples into the
+same records as a tar's, so the length index, the loader, resume and blending treat them alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ...errors import ConfigError
+from ..remote import is_remote
+from .detect import (
+    BYTE_RANGE_FORMATS,
+    FORMATS,
+    PAYLOAD_FORMATS,
+    READABLE,
+    UnreadableSourceError,
+    expand_local,
+    format_of,
+    hf_data_files,
+    megatron_idx,
+)
+
+__all__ = [
+    "BYTE_RANGE_FORMATS",
+    "FORMATS",
+    "PAYLOAD_FORMATS",
+    "READABLE",
+    "UnreadableSourceError",
+    "check_remote",
+    "expand_local",
+    "format_of",
+    "hf_data_files",
+    "iter_source_samples",
+    "megatron_idx",
+    "present",
+    "read_rows",
+    "source_meta",
+]
+
+
+def check_remote(url: str) -> None:
+    """ConfigError for a remote URL whose format has no byte-range access."""
+    fmt = format_of(url)
+    if is_remote(url) and fmt not in BYTE_RANGE_FORMATS:
+        raise ConfigError(
+            f"{url}: {fmt} shards are read locally only (a {fmt} sample is not a byte range "
+            "fcp can fetch and verify); copy the files locally. Remote shards fcp reads: .tar, "
+            ".jsonl and megatron .bin/.idx"
+        )
+
+
+def iter_source_samples(url: str, fmt: str, config: Any) -> Iterator[Any]:
+    """RawSample / BadMember of a JSON Lines, Parquet or Arrow shard (a ScanConfig drives it)."""
+    if fmt.startswith("jsonl"):
+        from .jsonl import iter_jsonl
+
+        return iter_jsonl(
+            url, fmt, timeout_s=config.stream_timeout_s, max_bytes=config.stream_max_bytes
+        )
+    if fmt in ("parquet", "arrow"):
+        from .tables import iter_table
+
+        return iter_table(url, fmt, config.text_field)
+    raise ValueError(f"{url}: format {fmt!r} has no sample iterator")
+
+
+def source_meta(url: str, fmt: str, *, timeout_s: float) -> dict[str, Any]:
+    """What reading shard `url` back needs beyond its members (recorded in its ShardEntry)."""
+    if fmt != "megatron":
+        return {}
+    from ..shards import shard_fingerprint
+    from .megatron import read_idx_file
+
+    idx = read_idx_file(url, timeout_s=timeout_s)
+    return {"dtype": idx.dtype.name, "idx_fingerprint": shard_fingerprint(megatron_idx(url))}
+
+
+def present(fmt: str, meta: dict[str, Any], out: dict[str, bytes]) -> dict[str, bytes]:
+    """The members as the loader reads them (after their crc32 was checked on the raw bytes)."""
+    if fmt != "megatron":
+        return out
+    from .megatron import as_npy
+
+    return {ext: as_npy(data, str(meta.get("dtype", "int32"))) for ext, data in out.items()}
+
+
+def read_rows(reader: Any, members: dict[str, tuple[int, int]], exts: Any) -> dict[str, bytes]:
+    """Members of one row of a Parquet / Arrow shard through its `tables.TableRows`."""
+    return {
+        ext: reader.member(row)
+        for ext, (row, _size) in members.items()
+        if exts is None or ext in exts
+    }

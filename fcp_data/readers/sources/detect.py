@@ -1,0 +1,214 @@
+"""Which reader a shard needs, and what a directory holds: format detection by name.
+
+A shard's format is decided by its name, never guessed from a partial read at load time:
+`.tar` (and any name fcp does not know, after a content check at expansion) is a WebDataset
+tar; `.jsonl` / `.ndjson` (optionally `.gz` or `.zst`) JSON Lines; `.parquet` Parquet;
+`.arrow` an Arrow IPC stream file as `datasets.Dataset.save_to_disk` writes it; `.bin` / `.idx`
+a megatron indexed dataset (the `.bin` is the shard, the `.idx` beside it its lengths). A local
+file whose name says nothing is read for 512 bytes at expansion: a tar header keeps it, anything
+else is refused naming the file and the formats fcp reads (it used to be indexed as an empty tar
+with exit status 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ...errors import ConfigError
+from ..tar_blocks import compression_of
+
+__all__ = [
+    "BYTE_RANGE_FORMATS",
+    "FORMATS",
+    "PAYLOAD_FORMATS",
+    "READABLE",
+    "UnreadableSourceError",
+    "expand_local",
+    "format_of",
+    "hf_data_files",
+    "megatron_idx",
+]
+
+FORMATS = ("tar", "jsonl", "jsonl.gz", "jsonl.zst", "parquet", "arrow", "megatron")
+# member offsets are byte offsets of the shard file itself: one pread (or one HTTP range)
+# reads a sample, and the index checks that every member ends inside the file
+BYTE_RANGE_FORMATS = ("tar", "jsonl", "megatron")
+# member "offsets" are rows or offsets in a decompressed stream: the scan keeps each sample's
+# bytes (to checksum them, and for an index-less ScannedSource to serve them)
+PAYLOAD_FORMATS = ("jsonl.gz", "jsonl.zst", "parquet", "arrow")
+READABLE = (
+    "WebDataset .tar, JSON Lines (.jsonl/.ndjson, also .gz/.zst), Parquet (.parquet), a HF "
+    "datasets save_to_disk directory (data-*.arrow), megatron .bin/.idx pairs"
+)
+_SUFFIXES = (
+    ((".jsonl", ".ndjson"), "jsonl"),
+    ((".jsonl.gz", ".ndjson.gz"), "jsonl.gz"),
+    ((".jsonl.zst", ".jsonl.zstd", ".ndjson.zst"), "jsonl.zst"),
+    ((".parquet", ".pq"), "parquet"),
+    ((".arrow",), "arrow"),
+    ((".bin", ".idx"), "megatron"),
+)
+# files a dataset directory commonly carries beside its data: skipped when a directory is
+# expanded (a file named on the command line is never skipped)
+_NOT_DATA = ("readme", "license", "licence", "changelog", "citation")
+_NOT_DATA_EXT = (".md", ".txt.md", ".rst", ".yaml", ".yml", ".py", ".sh", ".lock")
+
+
+class UnreadableSourceError(ConfigError):
+    """A local file no reader of fcp can read; the message names it and the readable formats."""
+
+
+def _name(url: str) -> str:
+    """The lower-cased name of `url` without a query string (`s3://b/x.jsonl?v=2`)."""
+    base = url.split("?", 1)[0] if "://" in url else url
+    return base.lower()
+
+
+def format_of(url: str) -> str:
+    """The format of shard `url` by its name (one of FORMATS); `pipe:` and unknown: "tar"."""
+    if url.startswith("pipe:"):
+        return "tar"
+    name = _name(url)
+    for ends, fmt in _SUFFIXES:
+        if name.endswith(ends):
+            return fmt
+    return "tar"
+
+
+def megatron_idx(url: str) -> str:
+    """The `.idx` beside megatron shard `url` (a `.bin`), query string kept."""
+    base, sep, query = url.partition("?") if "://" in url else (url, "", "")
+    return base[: -len(".bin")] + ".idx" + sep + query
+
+
+def _sniff(path: str) -> str:
+    """What the first 512 bytes of an unnamed local file look like (for the error message)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError as exc:
+        return f"cannot be read ({exc})"
+    if (len(head) >= 262 and head[257:262] == b"ustar") or compression_of(head[:8]):
+        return "tar"  # a compressed one is refused by the shard expansion, with its remedy
+    if head[:4] == b"PAR1":
+        return "Parquet data: name it *.parquet"
+    if head[:6] == b"ARROW1" or head[:4] == b"\xff\xff\xff\xff":
+        return "Arrow IPC data: name it *.arrow"
+    if head[:9] == b"MMIDIDX\x00\x00":
+        return "a megatron .idx: name it PREFIX.idx beside PREFIX.bin"
+    if head.lstrip()[:1] == b"{":
+        return "JSON Lines: name it *.jsonl"
+    return "no format fcp reads"
+
+
+def _refuse(path: str, why: str) -> UnreadableSourceError:
+    return UnreadableSourceError(f"cannot read {path}: {why}. fcp reads {READABLE}")
+
+
+def _hf_state(path: Path) -> dict | None:
+    state = path / "state.json"
+    if not (state.is_file() and (path / "dataset_info.json").is_file()):
+        return None
+    try:
+        obj = json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise _refuse(str(state), f"a HF datasets state.json that does not parse ({exc})") from exc
+    return obj if isinstance(obj, dict) and isinstance(obj.get("_data_files"), list) else None
+
+
+def hf_data_files(path: str | os.PathLike[str]) -> list[str] | None:
+    """The data-*.arrow files of a `Dataset.save_to_disk` directory in the dataset's order
+    (state.json's `_data_files`), or None when `path` is not one."""
+    root = Path(path)
+    state = _hf_state(root)
+    if state is None:
+        return None
+    files = []
+    for entry in state["_data_files"]:
+        name = entry.get("filename") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not (root / name).is_file():
+            raise _refuse(
+                str(root / "state.json"), f"it lists a data file {name!r} that is missing"
+            )
+        files.append(str(root / name))
+    if not files:
+        raise _refuse(str(root), "a HF datasets directory whose state.json lists no data file")
+    return files
+
+
+def _dataset_dict(root: Path) -> None:
+    meta = root / "dataset_dict.json"
+    if meta.is_file():
+        try:
+            splits = json.loads(meta.read_text(encoding="utf-8")).get("splits", [])
+        except (OSError, ValueError, AttributeError):
+            splits = []
+        raise ConfigError(
+            f"{root} is a HF DatasetDict (splits {', '.join(map(str, splits)) or '?'}): fcp "
+            f"indexes one split at a time; pass {root / (str(splits[0]) if splits else 'SPLIT')}"
+        )
+
+
+def _skippable(name: str) -> bool:
+    low = name.lower()
+    return (
+        low.startswith(".")
+        or low.split(".", 1)[0] in _NOT_DATA
+        or low.endswith(_NOT_DATA_EXT)
+        or low in ("dataset_info.json", "state.json", "dataset_dict.json")
+    )
+
+
+def _walk(root: Path, out: list[str]) -> None:
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        path = Path(entry.path)
+        if entry.is_dir():
+            if entry.name.startswith(".") or (path / "seqlens.npy").is_file():
+                continue  # .git, .cache, a length index written beside the data: never data
+            files = hf_data_files(path)
+            if files is not None:
+                out.extend(files)
+            else:
+                _dataset_dict(path)
+                _walk(path, out)
+        elif not _skippable(entry.name):
+            out.append(_check_file(str(path)))
+
+
+def _check_file(path: str) -> str:
+    """`path` as the shard to index (a megatron .idx becomes its .bin); raises when unreadable."""
+    fmt = format_of(path)
+    if fmt == "megatron":
+        stem = path[: -len(".bin")] if path.lower().endswith(".bin") else path[: -len(".idx")]
+        bin_path, idx_path = stem + ".bin", stem + ".idx"
+        if not (os.path.isfile(bin_path) and os.path.isfile(idx_path)):
+            missing = idx_path if os.path.isfile(bin_path) else bin_path
+            raise _refuse(path, f"a megatron indexed dataset needs {missing} beside it")
+        return bin_path
+    if fmt != "tar" or _name(path).endswith(".tar") or not os.path.isfile(path):
+        return path  # named for its format (a FIFO is a tar stream)
+    kind = _sniff(path)
+    if kind != "tar":
+        raise _refuse(path, kind)
+    return path
+
+
+def expand_local(path: str) -> list[str]:
+    """The shards of a local path: a file (checked), a HF save_to_disk directory (its data
+    files), or any other directory (its files, recursively, sorted by name; README/LICENSE,
+    *.md, *.yaml and dot files skipped). Raises UnreadableSourceError for a file fcp cannot
+    read and ConfigError for a directory holding no shard."""
+    if not os.path.isdir(path):
+        return [_check_file(path)]
+    root = Path(path)
+    files = hf_data_files(root)
+    if files is not None:
+        return files
+    _dataset_dict(root)
+    out: list[str] = []
+    _walk(root, out)
+    if not out:
+        raise ConfigError(f"directory {path} holds no file to index; fcp reads {READABLE}")
+    return list(dict.fromkeys(out))

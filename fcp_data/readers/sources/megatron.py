@@ -1,0 +1,196 @@
+"""Megatron indexed datasets (`preprocess_data.py`'s PREFIX.bin + PREFIX.idx): token ids, no
+tokenizer.
+
+The `.idx` layout (megatron-core `indexed_dataset`, version 1, little-endian): the 9-byte magic
+`MMIDIDX\\x00\\x00`, a u64 version (1), a u8 dtype code (1 uint8, 2 int8, 3 int16, 4 int32,
+5 int64, 6 float64, 7 float32, 8 uint16), a u64 sequence count S, a u64 document count D, then
+S int32 sequence lengths (tokens), S int64 sequence pointers (byte offsets into the .bin), D
+int64 document indices (sequence boundaries: 0, ..., S), and for multimodal sets S int8 modes.
+
+A sample here is a document (with `--split-sentences` its sentences are consecutive sequences,
+contiguous in the .bin): its length comes from the .idx alone, and its one member `npy` is the
+byte range of its ids in the .bin, read by `pread` or one HTTP range and handed to the loader
+as a `.npy` (the loader's pre-tokenized path). Indexing reads the .idx and checks the .bin's
+size against it (a short .bin, or one written with another dtype, is an error naming both
+sizes); the .bin is read once only for the per-document crc32 of the index. The ids are
+whatever preprocess_data wrote: with `--append-eod` each document already ends in EOD, so
+index with `text_special_tokens=0` (`--text-special-tokens 0`) to not add a second one.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import ConfigError
+from .detect import megatron_idx
+
+__all__ = ["MegatronIndex", "as_npy", "read_idx", "read_idx_file"]
+
+MAGIC = b"MMIDIDX\x00\x00"
+HEAD = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences, documents: 34 bytes
+DTYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 8: "uint16"}
+FLOAT_CODES = {6: "float64", 7: "float32"}
+
+
+class MegatronFormatError(ConfigError):
+    """A .idx that is not megatron's layout, or a .bin that does not match it."""
+
+
+@dataclass(frozen=True, slots=True)
+class MegatronIndex:
+    """Per-document token counts and .bin byte ranges of one indexed dataset."""
+
+    where: str
+    dtype: np.dtype
+    doc_tokens: np.ndarray  # int64 per document
+    doc_offset: np.ndarray  # int64 byte offset of each document's ids in the .bin
+    bin_bytes: int  # how many bytes the .bin must hold
+
+    def __len__(self) -> int:
+        return int(self.doc_tokens.shape[0])
+
+    def check_bin(self, size: int, bin_url: str) -> None:
+        """MegatronFormatError unless the .bin holds exactly the bytes the .idx addresses."""
+        if size == self.bin_bytes:
+            return
+        item = self.dtype.itemsize
+        tokens = self.bin_bytes // item if item else 0
+        other = [
+            name
+            for name in sorted({*DTYPES.values()})
+            if tokens and size == tokens * np.dtype(name).itemsize and name != self.dtype.name
+        ]
+        why = (
+            f"as if written with another dtype ({' or '.join(other)}): the .idx and .bin come "
+            "from different preprocess_data runs"
+            if other
+            else "short: a cut or partial copy"
+            if size < self.bin_bytes
+            else "longer than its .idx addresses: the pair does not belong together"
+        )
+        raise MegatronFormatError(
+            f"{bin_url} is {size} bytes but {self.where} addresses {self.bin_bytes} "
+            f"({tokens} {self.dtype.name} ids): the .bin is {why}; re-run preprocess_data or "
+            "copy the matching pair"
+        )
+
+    def spans(self) -> Iterator[tuple[int, int, int]]:
+        """(document, byte offset, tokens) in order."""
+        yield from zip(
+            range(len(self)), self.doc_offset.tolist(), self.doc_tokens.tolist(), strict=True
+        )
+
+
+def read_idx(data: bytes, where: str) -> MegatronIndex:
+    """Parse and check a .idx (see the module docstring); MegatronFormatError names the fault."""
+    if len(data) < HEAD.size or data[:9] != MAGIC:
+        raise MegatronFormatError(
+            f"{where} is not a megatron .idx (no MMIDIDX magic in its first 9 bytes); "
+            "pass the PREFIX.bin/.idx pair preprocess_data.py wrote"
+        )
+    _, version, code, n_seq, n_doc = HEAD.unpack_from(data)
+    if version != 1:
+        raise MegatronFormatError(f"{where}: .idx version {version}; fcp reads version 1")
+    if code in FLOAT_CODES or code not in DTYPES:
+        what = FLOAT_CODES.get(code, f"unknown code {code}")
+        raise MegatronFormatError(f"{where}: dtype {what}; token ids must be an integer dtype")
+    dtype = np.dtype(DTYPES[code]).newbyteorder("<")
+    need = HEAD.size + 12 * n_seq + 8 * n_doc
+    if len(data) == need + n_seq and n_seq:
+        raise MegatronFormatError(
+            f"{where} is a multimodal megatron dataset (sequence modes); fcp reads text ones"
+        )
+    if len(data) != need:
+        raise MegatronFormatError(
+            f"{where} is {len(data)} bytes but its header ({n_seq} sequences, {n_doc} document "
+            f"indices) needs {need}: the .idx is cut or damaged; re-run preprocess_data"
+        )
+    at = HEAD.size
+    lengths = np.frombuffer(data, "<i4", n_seq, at).astype(np.int64)
+    pointers = np.frombuffer(data, "<i8", n_seq, at + 4 * n_seq)
+    docs = np.frombuffer(data, "<i8", n_doc, at + 12 * n_seq)
+    cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    item = dtype.itemsize
+    if (lengths < 0).any() or not np.array_equal(pointers, cum[:-1] * item):
+        raise MegatronFormatError(
+            f"{where}: sequence pointers are not the running sum of the lengths x {item} bytes "
+            "(sequences must lie back to back in the .bin, as preprocess_data writes them)"
+        )
+    if n_doc < 1 or docs[0] != 0 or docs[-1] != n_seq or (np.diff(docs) < 0).any():
+        raise MegatronFormatError(
+            f"{where}: document indices must rise from 0 to the sequence count {n_seq}"
+        )
+    return MegatronIndex(
+        where=where,
+        dtype=dtype,
+        doc_tokens=cum[docs[1:]] - cum[docs[:-1]],
+        doc_offset=cum[docs[:-1]] * item,
+        bin_bytes=int(cum[-1]) * item,
+    )
+
+
+def read_idx_file(bin_url: str, *, timeout_s: float) -> MegatronIndex:
+    """The .idx beside `bin_url` (a local path or a remote URL), parsed."""
+    idx = megatron_idx(bin_url)
+    if os.path.isfile(idx):
+        with open(idx, "rb") as f:
+            return read_idx(f.read(), idx)
+    from ..byte_source import open_source
+
+    try:
+        src = open_source(idx, timeout_s=timeout_s)
+    except OSError as exc:
+        raise MegatronFormatError(f"cannot open {idx}, the .idx of {bin_url} ({exc})") from exc
+    chunks = []
+    try:
+        while chunk := src.read(1 << 20):
+            chunks.append(chunk)
+    finally:
+        src.close(drained=True)
+    return read_idx(b"".join(chunks), idx)
+
+
+def as_npy(raw: bytes, dtype: str) -> bytes:
+    """A document's raw little-endian ids as `.npy` bytes (what the loader's text path loads)."""
+    buf = io.BytesIO()
+    np.save(buf, np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")), allow_pickle=False)
+    return buf.getvalue()
+
+
+def iter_documents(
+    bin_url: str, *, timeout_s: float, index: MegatronIndex | None = None
+) -> Iterator[tuple[str, int, int, bytes | None]]:
+    """(key "doc N", byte offset, tokens, raw ids or None) of every document of a .bin.
+
+    A local .bin is not read here (the index's checksums pread each document once); a remote
+    one is streamed once, front to back, so its checksums need no request per document.
+    """
+    from ..remote import is_remote
+
+    index = index or read_idx_file(bin_url, timeout_s=timeout_s)
+    if is_remote(bin_url):
+        from ..remote import RemoteStream, parse_fingerprint, remote_fingerprint
+
+        index.check_bin(parse_fingerprint(remote_fingerprint(bin_url))[0], bin_url)
+        stream = RemoteStream(bin_url, timeout_s=timeout_s)
+        try:
+            for d, off, n in index.spans():
+                size = n * index.dtype.itemsize
+                raw = stream.read(size)
+                if len(raw) != size:
+                    raise MegatronFormatError(
+                        f"{bin_url} ended at byte {off + len(raw)} inside document {d}"
+                    )
+                yield f"doc {d}", off, n, raw
+        finally:
+            stream.close(drained=True)
+        return
+    index.check_bin(os.path.getsize(bin_url), bin_url)
+    for d, off, n in index.spans():
+        yield f"doc {d}", off, n, None

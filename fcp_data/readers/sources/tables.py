@@ -1,0 +1,141 @@
+"""Parquet files and HF `datasets` Arrow files: a sample per row of the `--text-field` column.
+
+Both are read with pyarrow (the optional `sources` extra); `datasets` itself is never imported.
+A row's member is what the scanner and the loader already understand: a string column gives
+`txt` (the UTF-8 text), a chat column (a list of {role, content} structs) gives `json`
+(`{"<column>": [...]}`, read by the chat path). The member's "offset" is the row number in the
+file and its size the member's byte length, so the index's per-member crc32 still verifies every
+read.
+
+Random access: a Parquet file is read one row group at a time (the unit its pages are
+compressed in; the reader of each process keeps the last row group it decoded, so the rows of
+one group cost one decode); a `save_to_disk` file (an Arrow IPC stream) is memory-mapped whole
+and rows are sliced from it without a copy. Neither is read over http(s)/s3: a row is not a
+byte range, so remote tables are refused at expansion (copy them locally).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ...errors import ConfigError
+from ..optional import require
+from ..shards import BadMember, RawSample
+
+__all__ = ["TableRows", "iter_table"]
+
+
+def _pa(url: str) -> Any:
+    return require("pyarrow", f"reading {url} (Parquet / Arrow)")
+
+
+def _kind(url: str, schema: Any, column: str) -> str:
+    """ "txt" for a string column, "json" for a chat column; ConfigError otherwise."""
+    pa = _pa(url)
+    if column not in schema.names:
+        raise ConfigError(
+            f"{url} has no column {column!r}; its columns are {schema.names}; choose one with "
+            "--text-field (ScanConfig.text_field)"
+        )
+    typ = schema.field(column).type
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return "txt"
+    if (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and pa.types.is_struct(
+        typ.value_type
+    ):
+        return "json"
+    raise ConfigError(
+        f"{url}: column {column!r} is {typ}, neither text (string) nor a chat (a list of "
+        "{role, content} structs); choose another with --text-field"
+    )
+
+
+def _member(kind: str, column: str, value: Any) -> bytes:
+    if kind == "txt":
+        return value.encode("utf-8")
+    return msgspec.json.encode({column: value})
+
+
+def _open(url: str, fmt: str) -> tuple[Any, Any]:
+    """(schema, handle): a ParquetFile, or the memory-mapped table of an Arrow stream file."""
+    pa = _pa(url)
+    if fmt == "parquet":
+        pq = require("pyarrow.parquet", f"reading {url} (Parquet)")
+        try:
+            f = pq.ParquetFile(url, memory_map=True)
+        except (OSError, pa.ArrowException) as exc:
+            raise ConfigError(f"{url} is not a readable Parquet file ({exc})") from exc
+        return f.schema_arrow, f
+    try:
+        source = pa.memory_map(url, "r")
+        try:
+            table = pa.ipc.open_stream(source).read_all()
+        except pa.ArrowInvalid:
+            table = pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowException) as exc:
+        raise ConfigError(f"{url} is not a readable Arrow IPC file ({exc})") from exc
+    return table.schema, table
+
+
+def _groups(handle: Any, fmt: str, column: str) -> Iterator[Any]:
+    """The column's chunks in row order: Parquet row groups, or an Arrow table's chunks."""
+    if fmt == "parquet":
+        for g in range(handle.num_row_groups):
+            yield handle.read_row_group(g, columns=[column]).column(0)
+    else:
+        yield handle.column(column)
+
+
+def iter_table(url: str, fmt: str, column: str) -> Iterator[RawSample | BadMember]:
+    """Samples of one Parquet / Arrow file: a row each, keyed "row N" (0-based)."""
+    schema, handle = _open(url, fmt)
+    kind = _kind(url, schema, column)
+    row = 0
+    for chunk in _groups(handle, fmt, column):
+        for value in chunk.to_pylist():
+            key = f"row {row}"
+            if value is None:
+                yield BadMember(key, f"column {column!r} is null in this row")
+            else:
+                data = _member(kind, column, value)
+                yield RawSample(key=key, members={kind: (row, len(data))}, payload={kind: data})
+            row += 1
+
+
+class TableRows:
+    """Random access to the rows of one file for `LengthIndex.read` (one per process)."""
+
+    def __init__(self, url: str, fmt: str, column: str) -> None:
+        self.url, self.fmt, self.column = url, fmt, column
+        schema, self._handle = _open(url, fmt)
+        self.kind = _kind(url, schema, column)
+        if fmt == "parquet":
+            meta = self._handle.metadata
+            rows = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        else:
+            rows = [self._handle.num_rows]
+        self._starts = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
+        self._cached: tuple[int, Any] = (-1, None)
+        self._lock = threading.Lock()  # loader reads may run in helper threads
+
+    def member(self, row: int) -> bytes:
+        """The member bytes of `row` (what the scan recorded and checksummed)."""
+        if not 0 <= row < int(self._starts[-1]):
+            raise IndexError(f"{self.url} has {int(self._starts[-1])} rows, not row {row}")
+        if self.fmt == "parquet":
+            g = int(np.searchsorted(self._starts, row, side="right") - 1)
+            with self._lock:
+                if self._cached[0] != g:
+                    col = self._handle.read_row_group(g, columns=[self.column]).column(0)
+                    self._cached = (g, col)
+                value = self._cached[1][row - int(self._starts[g])].as_py()
+        else:
+            value = self._handle.column(self.column)[row].as_py()
+        if value is None:
+            raise ValueError(f"{self.url}: row {row} of column {self.column!r} is null")
+        return _member(self.kind, self.column, value)

@@ -1,0 +1,144 @@
+"""Text chat samples ({"messages": [...]}) in JSONL, Parquet and tar .json: counted exactly,
+rendered as ChatML, loss only on the asked roles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sources_helpers import (
+    EOD,
+    assert_same_batches,
+    epoch_fields,
+    make_loader,
+    train_bpe,
+    write_tar,
+)
+
+from fcp_data.errors import ConfigError, SampleError
+from fcp_data.readers import build_index
+from fcp_data.readers.chat_text import encode_text_chat
+from fcp_data.readers.scan import ScanConfig
+from fcp_data.readers.text import as_tokenizer
+
+CHATS = [
+    [
+        {"role": "system", "content": f"You are helper number {i}."},
+        {"role": "user", "content": "What is " + "two plus two " * (i % 5 + 1) + "?"},
+        {"role": "assistant", "content": "It is four. " * (i % 7 + 1)},
+        *(
+            [
+                {"role": "tool", "content": '{"result": 4}'},
+                {"role": "assistant", "content": "Confirmed by the tool."},
+            ]
+            if i % 3 == 0
+            else []
+        ),
+    ]
+    for i in range(24)
+]
+CONFIG = {"text_field": "messages"}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("src-chat")
+
+
+@pytest.fixture(scope="module")
+def bpe(root: Path) -> str:
+    texts = [t["content"] for c in CHATS for t in c] + ["<|im_start|>assistant\n<|im_end|>\n"]
+    return str(train_bpe(root / "bpe.json", texts))
+
+
+def test_chat_counts_and_loss_follow_the_roles(root: Path, bpe: str) -> None:
+    path = root / "chat.jsonl"
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CHATS))
+    index = build_index(str(path), root / "i", config=ScanConfig(tokenizer=bpe, **CONFIG))
+    tok = as_tokenizer(bpe)
+    ld = make_loader(index, bpe, n=1)
+    enc = ld._builder.encoder
+    for i, turns in enumerate(CHATS):
+        sample = enc(index, i)
+        # the index counted exactly the rendered tokens (+ 1 EOD)
+        assert len(sample.tokens) == int(index.seqlens[i])
+        # ChatML: header, content, end per turn, each piece tokenized on its own
+        want: list[int] = []
+        targets: list[bool] = []
+        for t in turns:
+            for text, target in (
+                (f"<|im_start|>{t['role']}\n", False),
+                (t["content"], t["role"] == "assistant"),
+                ("<|im_end|>\n", t["role"] == "assistant"),
+            ):
+                ids = list(tok(text))
+                want += ids
+                targets += [target] * len(ids)
+        assert sample.tokens.tolist() == [*want, EOD]
+        assert sample.targets.tolist() == [*targets, True]
+    # other loss roles: the tool's answers too
+    ids, tg = encode_text_chat(CHATS[0], tok, ("assistant", "tool"))
+    tool_ids = list(tok('{"result": 4}'))
+    assert tg.sum() > encode_text_chat(CHATS[0], tok)[1].sum() + len(tool_ids) - 1
+    ld2 = make_loader(index, bpe, n=1, chat_loss_roles=("user",))
+    s2 = ld2._builder.encoder(index, 1)
+    assert s2.targets[: len(list(tok("<|im_start|>system\n")))].sum() == 0
+    with pytest.raises(ConfigError, match="unknown role"):
+        make_loader(index, bpe, n=1, chat_loss_roles=("robot",))
+    assert sorted(int(s) for mb in ld for s in mb.sample_ids) == list(range(len(CHATS)))
+
+
+def test_chat_in_jsonl_parquet_and_tar_gives_one_epoch(root: Path, bpe: str) -> None:
+    config = ScanConfig(tokenizer=bpe, **CONFIG)
+    tar = write_tar(root / "chat.tar", [{"json": {"messages": c}} for c in CHATS])
+    jl = root / "chat2.jsonl"
+    jl.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CHATS))
+    a = build_index(tar, root / "i-tar", config=config)
+    b = build_index(str(jl), root / "i-jsonl", config=config)
+    np.testing.assert_array_equal(a.seqlens, b.seqlens)
+    assert_same_batches(epoch_fields(make_loader(a, bpe)), epoch_fields(make_loader(b, bpe)))
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = [[{"role": t["role"], "content": t["content"]} for t in c] for c in CHATS]
+    pq.write_table(pa.table({"messages": rows}), root / "chat.parquet", row_group_size=5)
+    c = build_index(str(root / "chat.parquet"), root / "i-pq", config=config)
+    np.testing.assert_array_equal(a.seqlens, c.seqlens)
+    assert_same_batches(epoch_fields(make_loader(a, bpe)), epoch_fields(make_loader(c, bpe)))
+
+
+def test_bad_chat_samples_are_named(root: Path, bpe: str) -> None:
+    bad = [
+        [{"role": "robot", "content": "beep"}],
+        [{"role": "user", "content": "look <image> here"}],
+        [{"role": "assistant", "content": None}],
+        CHATS[0],
+    ]
+    path = root / "bad.jsonl"
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in bad))
+    index = build_index(str(path), root / "i-bad", config=ScanConfig(tokenizer=bpe, **CONFIG))
+    assert list(index.keys) == ["line 4"]
+    reasons = [s.reason for s in index.skipped]
+    assert "role 'robot'" in reasons[0] and "tool" in reasons[0]
+    assert "<image> marker" in reasons[1]
+    assert "NoneType content" in reasons[2]
+    with pytest.raises(SampleError, match=r"sample 'line 1': chat turn 0 has role 'robot'"):
+        build_index(
+            str(path), root / "i-bad2", config=ScanConfig(tokenizer=bpe, on_error="raise", **CONFIG)
+        )
+
+
+def test_chat_samples_refuse_a_token_store(root: Path, bpe: str) -> None:
+    """A store keeps ids, not loss targets: a loader reading it would train on every token."""
+    from fcp_data.readers.chat_text import ChatNotStorableError
+
+    path = root / "store.jsonl"
+    path.write_text(json.dumps({"messages": CHATS[0]}) + "\n")
+    with pytest.raises(ChatNotStorableError, match="without --store-tokens"):
+        build_index(
+            str(path),
+            root / "i-store",
+            config=ScanConfig(tokenizer=bpe, **CONFIG),
+            store_tokens=True,
+        )
