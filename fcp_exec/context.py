@@ -201,8 +201,8 @@ def cp_context(
     except LookupError as e:  # every member of the group misses it alike: no one waits
         raise LookupError(
             f"{e}. This group runs u={u}: its all-to-all blocks are created when the cache is "
-            "prepared with the wave's CPGroups (prepare_plan(plan), or prepare/wave_groups "
-            "given objects with .replicas and .ulysses), not with bare replica tuples"
+            "prepared with the wave's transports: cp_context(..., wave_groups=mb.wave_groups, "
+            "wave_ulysses=mb.wave_ulysses), or prepare_plan(plan), not bare replica tuples"
         ) from None
     binding = CPBinding.of(
         ring, index, ulysses=u, group=group, a2a_group=a2a, rank_plan=rank_plan,

@@ -93,5 +93,15 @@ def hybrid_worker(rank: int, world: int, index: str, tok_path: str, states: dict
         dist.all_reduce(loss_sum)
         grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         result[kind] = {"loss": float(loss_sum), "grads": grads, "transports": transports}
+    # a cache prepared from bare replica tuples has no all-to-all blocks: the 2 x 2 group of
+    # wave 0 raises the same LookupError on all four members (after the plan check), no hang
+    bare = CPGroupCache(ReplicaRanks(world_size=world))
+    try:
+        with cp_context(mbs[0].rank_plan, groups=bare, wave_groups=mbs[0].wave_groups):
+            pass
+        raise AssertionError("a hybrid group ran without its all-to-all blocks")
+    except LookupError as e:
+        assert "wave_ulysses=mb.wave_ulysses" in str(e), e
+    bare.clear()
     if rank == 0:
         torch.save(result, out)
