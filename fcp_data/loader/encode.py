@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..collate import VisionInput
-from ..errors import ConfigError, MissingDependencyError
+from ..errors import ConfigError, DataError, MissingDependencyError
 from ..readers.rules_base import VisionTokenRule
 from ..readers.sample_source import SampleSource
 from ..vision.options import VisionOptions
@@ -129,6 +129,31 @@ class SampleEncoder(VisionEncoderMixin):
             tokens=np.concatenate([ids, np.full(special, self.eod_id, dtype=np.int64)]),
             targets=np.concatenate([targets, np.ones(special, dtype=bool)]),
         )
+
+    def text_loss_tokens(self, source: SampleSource, pos: int, seqlen: int) -> int:
+        """Loss tokens of text sample `pos`: seqlen - 1, or a chat's targets (its
+        `chat_loss_roles` turns and EOD ids) when it is one.
+
+        Every replica needs the whole global batch's count (`global_num_loss_tokens`) from
+        samples it does not hold, so a sample that may be a chat (a `.json` member and no
+        `.txt`/`.npy`, per the index's member table) is read and rendered here; plain text and
+        JSON without turns cost no tokenizing. Without this a chat's loss would be divided by
+        every token, not its targets.
+        """
+        if self.store is not None and self.store.has(pos):
+            return seqlen - 1  # a token store holds no chats (the build refuses them)
+        members = getattr(source, "members", None)
+        if callable(members):
+            exts = members(pos)
+            if "json" not in exts or "txt" in exts or "npy" in exts:
+                return seqlen - 1
+        try:
+            chat = self._chat(source.read(pos), int(source.special_tokens[pos]))
+        except (ValueError, OSError, DataError):
+            return seqlen - 1  # unreadable here: the replica that holds it reports it by key
+        if chat is None or chat.targets is None:
+            return seqlen - 1
+        return int(chat.targets[1:].sum())
 
     def caption_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
         if "txt" in sample:

@@ -147,7 +147,7 @@ class BatchBuilder:
     def _global_loss(self, ids: np.ndarray, seqlens: np.ndarray, planned: Any) -> int:
         """Loss tokens of the whole global batch, from the index alone (no sample is read)."""
         count = getattr(self.encoder, "loss_tokens", None)
-        if count is None or getattr(self.encoder, "vision", None) is None:
+        if count is None:
             return int(sum(int(seqlens[s]) - 1 for s in planned))
         return int(sum(count(self.source, int(ids[s]), int(seqlens[s])) for s in planned))
 

@@ -142,11 +142,14 @@ class VisionEncoderMixin:
     def loss_tokens(self, source: SampleSource, pos: int, seqlen: int) -> int:
         """Loss tokens of sample `pos` (planned length `seqlen`) known without reading it."""
         modality = int(source.modality[pos])
-        if self.vision is None or modality == TEXT or self.rule is None:
-            return seqlen - 1
         other = self.for_source(source, pos)
         if other is not self:
             return int(other.loss_tokens(source, pos, seqlen))
+        if modality == TEXT:  # a text chat's targets, else seqlen - 1 (loader.encode)
+            text_count = getattr(self, "text_loss_tokens", None)
+            return seqlen - 1 if text_count is None else int(text_count(source, pos, seqlen))
+        if self.vision is None or self.rule is None:
+            return seqlen - 1
         vt = self.media_tokens(source, pos, modality)
         count = _Counter(self)
         pieces: dict[str, Any] = {}

@@ -142,3 +142,25 @@ def test_chat_samples_refuse_a_token_store(root: Path, bpe: str) -> None:
             config=ScanConfig(tokenizer=bpe, **CONFIG),
             store_tokens=True,
         )
+
+
+@pytest.mark.parametrize("roles", [("assistant",), ("assistant", "tool"), ("user",)])
+def test_the_global_loss_count_is_the_chats_targets_on_every_replica(
+    root: Path, bpe: str, roles: tuple[str, ...]
+) -> None:
+    """Each replica divides its loss by global_num_loss_tokens: it must be the number of loss
+    tokens all replicas hold together (the loss roles' tokens), not every token, and the same
+    on every replica, or the gradient is silently scaled."""
+    path = root / "count.jsonl"
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CHATS))
+    index = build_index(str(path), root / "i-count", config=ScanConfig(tokenizer=bpe, **CONFIG))
+    held: dict[int, int] = {}
+    claimed: dict[int, set[int]] = {}
+    for r in range(2):
+        for mb in make_loader(index, bpe, n=2, replica=r, chat_loss_roles=roles):
+            held[mb.batch_index] = held.get(mb.batch_index, 0) + int(mb.loss_mask.sum())
+            claimed.setdefault(mb.batch_index, set()).add(int(mb.global_num_loss_tokens))
+    every = int(sum(int(s) - 1 for s in index.seqlens))
+    assert sum(held.values()) < every  # the system / user turns carry no loss
+    for b, counts in claimed.items():
+        assert counts == {held[b]}, (b, counts, held[b])
