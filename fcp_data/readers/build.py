@@ -31,6 +31,7 @@ from .index_format import (
     HEADER_NAME,
     MEMBER_ARRAYS,
     SAMPLE_ARRAYS,
+    SOURCES_FORMAT_VERSION,
     IndexHeader,
     ShardEntry,
     index_fingerprint,
@@ -266,7 +267,9 @@ def build_index(
         return as_local_path(os.path.relpath(os.path.abspath(url), out.resolve()))
 
     header = IndexHeader(
-        format_version=FORMAT_VERSION,
+        format_version=FORMAT_VERSION
+        if all(format_of(u) == "tar" for u in urls)
+        else SOURCES_FORMAT_VERSION,
         num_samples=sum(len(r.records) for r in results),
         scan=config,
         rule=rule_settings,

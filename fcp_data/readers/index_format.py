@@ -23,7 +23,9 @@ __all__ = [
     "FORMAT_VERSION",
     "HEADER_NAME",
     "MEMBER_ARRAYS",
+    "READ_FORMAT_VERSIONS",
     "SAMPLE_ARRAYS",
+    "SOURCES_FORMAT_VERSION",
     "ChecksumMismatchError",
     "IndexHeader",
     "ShardEntry",
@@ -32,6 +34,11 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
+# an index with a shard that is not a tar (JSON Lines, Parquet, Arrow, megatron .bin/.idx) is
+# written as version 2: a reader that knows only tars (version 1) refuses it instead of taking
+# row numbers for byte offsets; this fcp reads both
+SOURCES_FORMAT_VERSION = 2
+READ_FORMAT_VERSIONS = (FORMAT_VERSION, SOURCES_FORMAT_VERSION)
 HEADER_NAME = "header.json"
 # name -> dtype of the per-sample arrays (keys are stored as a fixed-width unicode array).
 SAMPLE_ARRAYS: dict[str, str] = {

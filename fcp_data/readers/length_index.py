@@ -29,8 +29,8 @@ from ..errors import ConfigError, IndexMismatchError, StaleIndexError
 from .errors import SkippedSample
 from .index_format import (
     CHECKSUM_ARRAY,
-    FORMAT_VERSION,
     HEADER_NAME,
+    READ_FORMAT_VERSIONS,
     ChecksumMismatchError,
     IndexHeader,
     load_arrays,
@@ -113,10 +113,10 @@ class LengthIndex:
                 f"{head} is not valid JSON ({exc}); rebuild the index with `fcp index`"
             ) from exc
         version = raw.get("format_version") if isinstance(raw, dict) else None
-        if version != FORMAT_VERSION:
+        if version not in READ_FORMAT_VERSIONS:
             raise StaleIndexError(
                 f"{path}: index format {version}, this fcp reads "
-                f"{FORMAT_VERSION}; rebuild it with `fcp index`"
+                f"{' and '.join(map(str, READ_FORMAT_VERSIONS))}; rebuild it with `fcp index`"
             )
         try:
             header = msgspec.convert(raw, IndexHeader)

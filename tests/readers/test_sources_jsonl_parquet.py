@@ -195,6 +195,8 @@ def test_remote_tables_and_compressed_jsonl_are_refused() -> None:
         with pytest.raises(ConfigError, match="read locally only"):
             expand_shards(url)
     assert expand_shards("https://example.invalid/x.jsonl") == ["https://example.invalid/x.jsonl"]
+    with pytest.raises(ConfigError, match=r"by its \.bin URL"):
+        expand_shards("https://example.invalid/corpus_text_document.idx")
 
 
 def test_remote_jsonl_lines_are_byte_ranges(root: Path, bpe: str, tar_index: LengthIndex) -> None:
@@ -248,3 +250,15 @@ def test_a_cut_jsonl_gz_keeps_the_lines_before_the_cut(root: Path) -> None:
         f"line {len(index) - 1} of the file",
     ]
     assert index.skipped[-1].key == "(shard)" and "stops decoding" in index.skipped[-1].reason
+
+
+def test_an_index_of_other_formats_is_version_2_and_a_tar_index_stays_1(tmp_path: Path) -> None:
+    """A reader that knows only tars (version 1) must refuse an index whose offsets are rows or
+    lines, not take them for byte offsets; tar-only indexes keep version 1."""
+    jl = tmp_path / "a.jsonl"
+    jl.write_text('{"text": "one two"}\n{"text": "three"}\n')
+    idx = build_index(str(jl), tmp_path / "ij")
+    assert json.loads((Path(idx.path) / "header.json").read_text())["format_version"] == 2
+    tar = write_tar(tmp_path / "a.tar", [{"txt": "one two"}, {"txt": "three"}])
+    idx_t = build_index(tar, tmp_path / "it")
+    assert json.loads((Path(idx_t.path) / "header.json").read_text())["format_version"] == 1

@@ -55,6 +55,11 @@ __all__ = [
 def check_remote(url: str) -> None:
     """ConfigError for a remote URL whose format has no byte-range access."""
     fmt = format_of(url)
+    if is_remote(url) and fmt == "megatron" and not url.split("?", 1)[0].lower().endswith(".bin"):
+        raise ConfigError(
+            f"{url}: name a remote megatron dataset by its .bin URL (the .idx beside it is "
+            "fetched with it)"
+        )
     if is_remote(url) and fmt not in BYTE_RANGE_FORMATS:
         raise ConfigError(
             f"{url}: {fmt} shards are read locally only (a {fmt} sample is not a byte range "
