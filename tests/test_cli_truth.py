@@ -293,7 +293,18 @@ def test_profile_progress_lines_off_a_terminal_count_points_and_time_left(
 
     monkeypatch.setattr(measure, "run_profile", two_points)
     with pytest.raises(Stop):
-        main(["profile", "--lengths", "256", "--no-p2p", "-o", str(tmp_path / "p.json")])
+        main(
+            [
+                "profile",
+                "--lengths",
+                "256",
+                "512",
+                "1024",
+                "--no-p2p",
+                "-o",
+                str(tmp_path / "p.json"),
+            ]
+        )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("profiling cpu-small: ")
     assert "[1/" in lines[1] and "s left)" in lines[1], lines

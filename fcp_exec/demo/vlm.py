@@ -16,6 +16,8 @@ time (language model, cpu-small profile) beside the measured forward + backward 
 step's wall time, tokens/s and the time it waited for data; the run closes with a summary.
 Your own data: `--index` (a qwen2.5-vl index) with `--tokenizer` (the tokenizer it was counted
 with, holding Qwen's vision special tokens); `--cost` plans with your profile or a shipped name.
+`--checkpoint DIR` saves model, optimizer and the loader's `state_dict()` after the last step,
+`--resume DIR` continues from them with the batch an uninterrupted run would train next.
 gloo on CPU; NCCL with --device cuda (one GPU per process by LOCAL_RANK; not run here).
 """
 
@@ -172,7 +174,17 @@ def train(args: argparse.Namespace) -> None:
         options=LoaderOptions(vision=VisionOptions(tokens_per_second=2)),
     )  # fmt: skip
     cache = CPGroupCache(ReplicaRanks(world_size=world), capacity=64)
-    step, busy, loss_sum = 0, 0.0, torch.zeros((), device=dev)
+    done = 0  # steps of the run --resume continues
+    if args.resume:  # every replica holds the same weights: one file serves them all
+        state = torch.load(Path(args.resume) / "vlm.pt", map_location=dev, weights_only=False)
+        if state["world_size"] != world:
+            raise ValueError(f"--resume {args.resume} was saved by {state['world_size']} "
+                             f"replicas, this run has {world}")  # fmt: skip
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        loader.load_state_dict(state["loader"])  # exact: the next micro-batch it would yield
+        done = state["steps"]
+    step, busy, loss_sum = done, 0.0, torch.zeros((), device=dev)
     enc = torch.zeros(2, dtype=torch.int64, device=dev)  # (tubelets encoded, whole videos)
     records: list[tuple[float, float, float, int]] = []  # (loss, wall, data wait, tokens)
     it, wait, t_step = iter(loader), 0.0, time.perf_counter()
@@ -219,10 +231,18 @@ def train(args: argparse.Namespace) -> None:
         busy, loss_sum = 0.0, torch.zeros((), device=dev)
         wait, t_step = 0.0, time.perf_counter()
         enc.zero_()
-        if step == args.steps:
+        if step - done == args.steps:
             break
     if rank == 0 and records:
         print(_summary(records, world), flush=True)
+    if rank == 0 and args.checkpoint:
+        out = Path(args.checkpoint)
+        out.mkdir(parents=True, exist_ok=True)
+        state = {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                 "loader": loader.state_dict(), "steps": step, "world_size": world}  # fmt: skip
+        torch.save(state, out / ".vlm.pt.partial")
+        os.replace(out / ".vlm.pt.partial", out / "vlm.pt")  # never a half-written checkpoint
+        print(f"saved model, optimizer and loader state after step {step} to {out}", flush=True)
     cache.clear()
     dist.destroy_process_group()
 
@@ -248,6 +268,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--index", help="your qwen2.5-vl length index (default: sample data in --out)")
     p.add_argument("--tokenizer", help="the tokenizer.json --index was counted with")
     p.add_argument("--cost", default="cpu-small", help="cost profile: a JSON or a shipped name")
+    p.add_argument("--checkpoint", help="directory to save model, optimizer and loader state in")
+    p.add_argument("--resume", help="directory of a --checkpoint to continue from")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--timeout", type=float, default=600.0, help="launcher deadline (seconds)")
     args = p.parse_args(argv)

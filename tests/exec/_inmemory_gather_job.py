@@ -1,5 +1,6 @@
 """The gather job: 3 gloo processes, an explicit plan with a reversed degree-2 ring, a degree-1
-group and an idle wave; good outputs gathered both ways, then three kinds of bad outputs."""
+group and an idle wave; good outputs gathered both ways, then three kinds of bad outputs and a
+replica that planned another batch."""
 
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ def values(k: int, n: int) -> torch.Tensor:
 
 
 def gather_worker(rank: int, world: int, out: str) -> None:
+    from dataclasses import replace
+
+    import msgspec
+
     from fcp_data.inmemory import InMemoryBatch, shard_batch
     from fcp_data.planner import Cluster, CostModel
     from fcp_exec import CPGroupCache, ReplicaRanks
@@ -77,10 +82,21 @@ def gather_worker(rank: int, world: int, out: str) -> None:
     wrong_rows = [o if o is None or rank != 1 else o[:-1] for o in outs]
     wrong_kind = [o if o is None or rank != 2 else o[:, :1] for o in outs]
     wrong_count = outs[:1] if rank == 0 else outs
-    for name, bad in (("rows", wrong_rows), ("kind", wrong_kind), ("count", wrong_count)):
+    # rank 2 planned "another" batch: same groups, a barrier after wave 1 (another digest)
+    other = msgspec.structs.replace(
+        plan, waves=(plan.waves[0], msgspec.structs.replace(plan.waves[1], barrier=True))
+    ).with_digest()
+    sharded_as = replace(sharded, plan=other) if rank == 2 else sharded
+    cases = (
+        ("rows", wrong_rows, sharded),
+        ("kind", wrong_kind, sharded),
+        ("count", wrong_count, sharded),
+        ("plan", outs, sharded_as),
+    )
+    for name, bad, held in cases:
         for fn in (gather_sequences, all_gather_sequences):
             try:
-                fn(bad, sharded, groups=cache)
+                fn(bad, held, groups=cache)
             except GatherError as e:
                 result["errors"][f"{name}/{fn.__name__}"] = str(e)
     torch.save(result, f"{out}.{rank}")

@@ -3,8 +3,8 @@
 One job of 3 gloo processes (a reversed degree-2 ring, a degree-1 group, a wave replica 0 sits
 out): `gather_sequences` returns each group's sequences on every member, `all_gather_sequences`
 every sequence everywhere, both equal to the input values; outputs of the wrong length,
-dtype/shape or count raise GatherError on every rank (none hangs). Single-process cases check
-the local errors without a process group.
+dtype/shape or count, and a replica holding another plan, raise GatherError on every rank (none
+hangs). Single-process cases check the local errors without a process group.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def test_gather_within_groups_and_on_every_replica_on_three_processes(tmp_path: 
             assert "outputs of ranks [1] do not fit" in errs[f"rows/{fn}"], errs
             assert "differ in dtype or per-token shape" in errs[f"kind/{fn}"], errs
             assert "outputs of ranks [0] do not fit" in errs[f"count/{fn}"], errs
+            assert "replicas gather with different plans" in errs[f"plan/{fn}"], errs
         if r == 1:
             assert "[12, ...]" in errs["rows/gather_sequences"], errs  # its own problem named
 

@@ -9,7 +9,6 @@ a worker that simply finished its batches ("exited with status 0").
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -71,10 +70,10 @@ def placed(index: Any, cost: Any, key: str) -> tuple[int, int]:
 
 
 def _raise(ld: FCPDataLoader) -> str:
-    t0 = time.monotonic()
+    """The error that ended the wait: each caller checks that it is the watchdog's, naming the
+    hang (a hang waited out instead would end without that error)."""
     with pytest.raises(DataError) as info:
         list(ld)
-    assert time.monotonic() - t0 < 40
     return str(info.value)
 
 
