@@ -62,15 +62,19 @@ def run(args: argparse.Namespace) -> int:
     # shards are written beside the output and moved in only when all of them are complete, so
     # a failure (PyAV missing for the videos, a full disk, Ctrl-C) leaves no partial shard set
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    from fcp_data.progress import Progress
+
     try:
-        written = make_shards(
-            tmp,
-            text=args.text,
-            video=args.video,
-            seed=args.seed,
-            samples_per_shard=args.samples_per_shard,
-            time_scale=args.time_scale,
-        )
+        with Progress("fcp make-shards", args.text + args.video, unit="samples") as bar:
+            written = make_shards(
+                tmp,
+                text=args.text,
+                video=args.video,
+                seed=args.seed,
+                samples_per_shard=args.samples_per_shard,
+                time_scale=args.time_scale,
+                progress=bar,
+            )
         out.mkdir(exist_ok=True)
         paths = []
         for path in written:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError
+from ..progress import Progress
 from .checksum import MemberHasher, pipe_fingerprint
 from .errors import ErrorPolicy, SkippedSample, TooManyFailures
 from .index_format import (
@@ -99,10 +100,6 @@ def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = Non
     if recorder is not None:
         res.token_ids = pack_ids(ids)
     return res
-
-
-def _advance(bar: Any, task: Any, n: int, _future: object) -> None:
-    bar.advance(task, n)
 
 
 def _scan_chunk(urls: list[str], config: ScanConfig, counter: TokenCounter) -> list[_ShardResult]:
@@ -232,33 +229,33 @@ def build_index(
     size = max(1, -(-len(urls) // (workers * 4)))
     chunks = [urls[k : k + size] for k in range(0, len(urls), size)]
     results: list[_ShardResult] = []
-    bar = None
-    if progress:
-        from rich.progress import Progress
-
-        bar = Progress(transient=False)
-        bar.start()
-        task = bar.add_task("indexing shards", total=len(urls))
+    bar = Progress("fcp index", len(urls), unit="shards", extra="samples") if progress else None
+    if bar is not None:
+        bar.__enter__()
     try:
         if workers == 1 or len(chunks) == 1:
             with Scanner(config, counter) as scanner:
                 for url in urls:
                     results.append(_scan_shard(scanner, url, recorder))
                     if bar is not None:
-                        bar.advance(task)
+                        bar.advance(1, extra=len(results[-1].records))
         else:
             ctx = mp.get_context("spawn")
             with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=ctx) as pool:
                 futures: list[Future[list[_ShardResult]]] = [
                     pool.submit(_scan_chunk, c, config, counter) for c in chunks
                 ]
-                if bar is not None:
-                    for f, c in zip(futures, chunks):
-                        f.add_done_callback(partial(_advance, bar, task, len(c)))
-                results = [r for f in futures for r in f.result()]
-    finally:
+                for f in futures:  # in order: a chunk's shards are counted when it is done
+                    got = f.result()
+                    results.extend(got)
+                    if bar is not None:
+                        bar.advance(len(got), extra=sum(len(r.records) for r in got))
+    except BaseException:
         if bar is not None:
-            bar.stop()
+            bar.__exit__(*sys.exc_info())
+        raise
+    if bar is not None:
+        bar.__exit__(None, None, None)
     _check_runs(results, policy)
 
     def rel(url: str) -> str:

@@ -99,8 +99,10 @@ def make_shards(
     samples_per_shard: int = 64,
     time_scale: float = 0.2,
     sidecar_fraction: float = 0.5,
+    progress: Any = None,
 ) -> list[Path]:
-    """Write `text-NNNNNN.tar` and `video-NNNNNN.tar` shards; returns their paths in order."""
+    """Write `text-NNNNNN.tar` and `video-NNNNNN.tar` shards; returns their paths in order.
+    `progress`: an object with `advance(n)` (`fcp_data.progress.Progress`), told per sample."""
     from webdataset import TarWriter
 
     if text < 0 or video < 0 or samples_per_shard < 1:
@@ -120,6 +122,8 @@ def make_shards(
             with TarWriter(str(path), mtime=MTIME) as writer:  # fixed mtime: same bytes
                 for i in range(start, min(count, start + samples_per_shard)):
                     yield writer, i
+                    if progress is not None:
+                        progress.advance(1)
 
     if text:
         sources = stdlib_sources()
