@@ -4,6 +4,9 @@
     python examples/train_vlm.py --replicas 2 --steps 5
     torchrun --nproc-per-node 4 examples/train_vlm.py --out out/vlm   # after one prepare run
     torchrun --nproc-per-node 8 examples/train_vlm.py --device cuda   # NCCL (not run here)
+    python examples/train_vlm.py --index my/index --tokenizer my/tokenizer.json --cost my.json
+    python examples/train_vlm.py --steps 2 --checkpoint ckpt && \
+        python examples/train_vlm.py --steps 1 --resume ckpt          # continues at step 3
 
 The job is `fcp_exec.demo.vlm` (what `fcp demo` runs as its step 4); per micro-batch it does:
 
@@ -21,7 +24,8 @@ holds (about 1/d of each video plus at most 2 edge tubelets per sequence) and wr
 its tokens once; the decoder runs transformers' own layers with attn_implementation "fcp_ring"
 (registered by `fcp_exec.hf.register_attention`). Printed per step: the plan (waves, degrees),
 the tubelets each replica encoded / the tubelets of the whole videos its groups hold, the
-planner's predicted time and the measured forward + backward time.
+planner's predicted time and the measured forward + backward time, the step's wall time,
+tokens/s and the time it waited for data; a summary closes the run.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -55,17 +56,19 @@ CONTEXT_FLAGS = (
     "sync_waves",
     "memory_reserve",
 )
-# flags whose value is a field of the saved Cluster
-_CLUSTER_FIELDS = {
-    "replicas": "num_replicas",
-    "replicas_per_node": "replicas_per_node",
-    "tokens_per_replica": "tokens_per_replica",
-    "tp": "tensor_parallel",
-    "pp": "pipeline_parallel",
-    "sequence_parallel": "sequence_parallel",
-    "idle": "idle",
-    "sync_waves": "sync_waves",
-}
+# flags whose value is a field of the saved Cluster (read-only: no module-level mutable state)
+_CLUSTER_FIELDS = MappingProxyType(
+    {
+        "replicas": "num_replicas",
+        "replicas_per_node": "replicas_per_node",
+        "tokens_per_replica": "tokens_per_replica",
+        "tp": "tensor_parallel",
+        "pp": "pipeline_parallel",
+        "sequence_parallel": "sequence_parallel",
+        "idle": "idle",
+        "sync_waves": "sync_waves",
+    }
+)
 # flags that only derive --tokens-per-replica, which a saved cluster already fixes
 _DERIVING = ("zero", "recompute", "devices_per_node", "memory_reserve")
 
