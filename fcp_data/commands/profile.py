@@ -105,6 +105,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _link_table(title: str, size_column: str, fit: Any) -> Any:
+    """A message-size fit (P2P or all-to-all) as a table: measured vs fitted µs per size."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in (size_column, "measured (µs)", "fitted (µs)", "error"):
+        t.add_column(col, justify="right")
+    for row in fit.rows:
+        t.add_row(
+            f"{int(row.x):,}",
+            f"{row.measured * 1e6:.1f}",
+            f"{row.predicted * 1e6:.1f}",
+            f"{row.rel_error:+.1%}",
+        )
+    return t
+
+
 def _print_tables(profile: Any, console: Any) -> None:
     from rich.table import Table
 
@@ -122,29 +139,11 @@ def _print_tables(profile: Any, console: Any) -> None:
         )
     console.print(t)
     if profile.p2p is not None:
-        t = Table(title="P2P fit: t(n) = latency + n / bandwidth (2 processes, ping-pong)")
-        for col in ("bytes", "measured (µs)", "fitted (µs)", "error"):
-            t.add_column(col, justify="right")
-        for row in profile.p2p.rows:
-            t.add_row(
-                f"{int(row.x):,}",
-                f"{row.measured * 1e6:.1f}",
-                f"{row.predicted * 1e6:.1f}",
-                f"{row.rel_error:+.1%}",
-            )
-        console.print(t)
+        title = "P2P fit: t(n) = latency + n / bandwidth (2 processes, ping-pong)"
+        console.print(_link_table(title, "bytes", profile.p2p))
     if profile.a2a is not None:
-        t = Table(title="all-to-all fit: t(n) = latency + n_sent / bandwidth (2 processes)")
-        for col in ("bytes sent", "measured (µs)", "fitted (µs)", "error"):
-            t.add_column(col, justify="right")
-        for row in profile.a2a.rows:
-            t.add_row(
-                f"{int(row.x):,}",
-                f"{row.measured * 1e6:.1f}",
-                f"{row.predicted * 1e6:.1f}",
-                f"{row.rel_error:+.1%}",
-            )
-        console.print(t)
+        title = "all-to-all fit: t(n) = latency + n_sent / bandwidth (2 processes)"
+        console.print(_link_table(title, "bytes sent", profile.a2a))
         console.print(
             f"head-parallel u in {list(profile.cost.head_parallel)}, β3 = "
             f"{profile.cost.beta3 * 1e6:.1f} µs per micro-batch, all-to-all at "

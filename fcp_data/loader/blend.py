@@ -307,6 +307,13 @@ class Blend:
             int(c) for c in np.bincount(self.source_of(positions), minlength=len(self.sources))
         )
 
+    def members(self, p: int) -> dict[str, tuple[int, int]] | None:
+        """Blend position `p`'s member table (extension -> (offset, size)) from its source's
+        index, or None when that source keeps none (read it to know)."""
+        k = int(self.source_of(np.asarray([p]))[0])
+        table = getattr(self.sources[k], "members", None)
+        return table(int(p) - int(self.offsets[k])) if callable(table) else None
+
     def read(self, p: int, exts: list[str] | None = None) -> dict[str, bytes]:
         k = int(self.source_of(np.asarray([p]))[0])
         src, q = self.sources[k], int(p) - int(self.offsets[k])

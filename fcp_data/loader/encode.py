@@ -130,7 +130,13 @@ class SampleEncoder(VisionEncoderMixin):
             targets=np.concatenate([targets, np.ones(special, dtype=bool)]),
         )
 
-    def text_loss_tokens(self, source: SampleSource, pos: int, seqlen: int) -> int:
+    def text_loss_tokens(
+        self,
+        source: SampleSource,
+        pos: int,
+        seqlen: int,
+        time_limit: Callable[[str, Callable[[], Any]], Any] = lambda _what, fn: fn(),
+    ) -> int:
         """Loss tokens of text sample `pos`: seqlen - 1, or a chat's targets (its
         `chat_loss_roles` turns and EOD ids) when it is one.
 
@@ -143,12 +149,14 @@ class SampleEncoder(VisionEncoderMixin):
         if self.store is not None and self.store.has(pos):
             return seqlen - 1  # a token store holds no chats (the build refuses them)
         members = getattr(source, "members", None)
-        if callable(members):
-            exts = members(pos)
-            if "json" not in exts or "txt" in exts or "npy" in exts:
-                return seqlen - 1
-        try:
-            chat = self._chat(source.read(pos), int(source.special_tokens[pos]))
+        exts = members(pos) if callable(members) else None
+        if exts is not None and ("json" not in exts or "txt" in exts or "npy" in exts):
+            return seqlen - 1
+        try:  # bounded like every read: a stuck read costs sample_timeout_s, never a hang
+            sample = time_limit(
+                f"counting the loss tokens of sample {pos}", lambda: source.read(pos)
+            )
+            chat = self._chat(sample, int(source.special_tokens[pos]))
         except (ValueError, OSError, DataError):
             return seqlen - 1  # unreadable here: the replica that holds it reports it by key
         if chat is None or chat.targets is None:

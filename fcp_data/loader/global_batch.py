@@ -149,6 +149,13 @@ class BatchBuilder:
         count = getattr(self.encoder, "loss_tokens", None)
         if count is None:
             return int(sum(int(seqlens[s]) - 1 for s in planned))
+        if isinstance(self.encoder, SampleEncoder):  # a chat it must read: bounded
+            return int(
+                sum(
+                    count(self.source, int(ids[s]), int(seqlens[s]), self.time_limit)
+                    for s in planned
+                )
+            )
         return int(sum(count(self.source, int(ids[s]), int(seqlens[s])) for s in planned))
 
     def _vision_payload(

@@ -139,15 +139,22 @@ class VisionEncoderMixin:
             )
         return turns
 
-    def loss_tokens(self, source: SampleSource, pos: int, seqlen: int) -> int:
-        """Loss tokens of sample `pos` (planned length `seqlen`) known without reading it."""
+    def loss_tokens(
+        self, source: SampleSource, pos: int, seqlen: int, time_limit: Any = None
+    ) -> int:
+        """Loss tokens of sample `pos` (planned length `seqlen`); a text chat is read (under
+        `time_limit`, the loader's sample time limit) to count its targets."""
         modality = int(source.modality[pos])
         other = self.for_source(source, pos)
         if other is not self:
-            return int(other.loss_tokens(source, pos, seqlen))
+            return int(other.loss_tokens(source, pos, seqlen, time_limit))
         if modality == TEXT:  # a text chat's targets, else seqlen - 1 (loader.encode)
             text_count = getattr(self, "text_loss_tokens", None)
-            return seqlen - 1 if text_count is None else int(text_count(source, pos, seqlen))
+            if text_count is None:
+                return seqlen - 1
+            if time_limit is None:
+                return int(text_count(source, pos, seqlen))
+            return int(text_count(source, pos, seqlen, time_limit))
         if self.vision is None or self.rule is None:
             return seqlen - 1
         vt = self.media_tokens(source, pos, modality)

@@ -125,3 +125,24 @@ def text_worker(rank: int, world: int, index: str, tok_path: str, states: dict, 
         result[kind] = {"loss": float(loss_sum), "grads": grads, "degrees": degrees}
     if rank == 0:
         torch.save(result, out)
+
+
+def save_states(tmp: Path, seed: int) -> dict[str, str]:
+    """Random weights of every model kind, saved once so fcp and the reference share them."""
+    states = {}
+    for k, kind in enumerate(KINDS):
+        states[kind] = str(tmp / f"{kind}.pt")
+        torch.save(make_text_model(kind, seed=seed + k).state_dict(), states[kind])
+    return states
+
+
+def assert_matches_reference(
+    got: dict, index: Path, tok_path: Path, kind: str, state: Path, tol: float = 1e-5
+) -> None:
+    """fcp's summed loss and every gradient equal the unsharded model's, to `tol` relative."""
+    ref_loss, ref_grads = text_reference(index, tok_path, kind, state)
+    assert abs(got["loss"] - ref_loss) <= tol * abs(ref_loss), kind
+    assert set(got["grads"]) == set(ref_grads)
+    for name, g in ref_grads.items():
+        err = float((got["grads"][name] - g).norm() / g.norm())
+        assert err <= tol, (kind, name, err)

@@ -14,15 +14,12 @@ import torch
 
 from ._dist import run_distributed
 from ._hf_hybrid_job import hybrid_worker
-from ._hf_text_job import KINDS, build_text_data, make_text_model, text_reference
+from ._hf_text_job import KINDS, assert_matches_reference, build_text_data, save_states
 
 
 def test_hybrid_transports_match_the_single_process_model(tmp_path: Path) -> None:
     index, tok = build_text_data(tmp_path)
-    states = {}
-    for seed, kind in enumerate(KINDS):
-        states[kind] = str(tmp_path / f"{kind}.pt")
-        torch.save(make_text_model(kind, seed=7 + seed).state_dict(), states[kind])
+    states = save_states(tmp_path, seed=7)
     out = tmp_path / "fcp.pt"
     run_distributed(hybrid_worker, 4, str(index), str(tok), states, str(out), timeout=300)
     results = torch.load(out, weights_only=True)
@@ -30,9 +27,4 @@ def test_hybrid_transports_match_the_single_process_model(tmp_path: Path) -> Non
         got = results[kind]
         # rank 0's groups: (d, u) = (4, 2), (2, 2), (4, 4): every transport really ran
         assert got["transports"] == [(4, 2), (2, 2), (4, 4)], got["transports"]
-        ref_loss, ref_grads = text_reference(index, tok, kind, Path(states[kind]))
-        assert abs(got["loss"] - ref_loss) <= 1e-5 * abs(ref_loss), kind
-        assert set(got["grads"]) == set(ref_grads)
-        for name, g in ref_grads.items():
-            err = float((got["grads"][name] - g).norm() / g.norm())
-            assert err <= 1e-5, (kind, name, err)
+        assert_matches_reference(got, index, tok, kind, Path(states[kind]))
