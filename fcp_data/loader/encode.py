@@ -64,6 +64,13 @@ class EncodedSample:
     media_size: tuple[int, int] | None = None  # (height, width) the index counted media at
 
 
+def _member_table(source: Any, pos: int) -> dict[str, Any] | None:
+    """Sample `pos`'s members (extension -> (offset, size)) from the source's index, or None
+    when the source keeps no member table (it must be read to know)."""
+    members = getattr(source, "members", None)
+    return members(pos) if callable(members) else None
+
+
 def _decode_text(v: Any) -> str:
     return v.decode("utf-8") if isinstance(v, bytes) else str(v)
 
@@ -148,9 +155,10 @@ class SampleEncoder(VisionEncoderMixin):
         """
         if self.store is not None and self.store.has(pos):
             return seqlen - 1  # a token store holds no chats (the build refuses them)
-        members = getattr(source, "members", None)
-        exts = members(pos) if callable(members) else None
-        if exts is not None and ("json" not in exts or "txt" in exts or "npy" in exts):
+        exts = _member_table(source, pos)
+        if exts is None:  # no table: no read (a replica reads only what it holds); a chat from
+            return seqlen - 1  # such a source is refused where it is encoded (`__call__`)
+        if "json" not in exts or "txt" in exts or "npy" in exts:
             return seqlen - 1
         try:  # bounded like every read: a stuck read costs sample_timeout_s, never a hang
             sample = time_limit(
@@ -184,6 +192,13 @@ class SampleEncoder(VisionEncoderMixin):
         if modality == TEXT:
             chat = self._chat(sample, special)
             if chat is not None:
+                if _member_table(source, pos) is None:
+                    raise ConfigError(
+                        f"sample {str(source.keys[pos])!r} is a chat from a source without a "
+                        f"member table ({type(source).__name__}): every replica's "
+                        "global_num_loss_tokens must count its targets without reading it; "
+                        "index the corpus with `fcp index` (a LengthIndex, or a Blend of them)"
+                    )
                 return chat
             ids = self.text_ids(sample)
             return EncodedSample(tokens=np.concatenate([ids, np.full(special, self.eod_id)]))

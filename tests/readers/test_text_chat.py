@@ -164,3 +164,15 @@ def test_the_global_loss_count_is_the_chats_targets_on_every_replica(
     assert sum(held.values()) < every  # the system / user turns carry no loss
     for b, counts in claimed.items():
         assert counts == {held[b]}, (b, counts, held[b])
+
+
+def test_a_chat_from_a_source_without_a_member_table_is_refused(root: Path, bpe: str) -> None:
+    """Without a member table the global loss count cannot see a chat's targets (reading every
+    sample on every replica is not done): such a chat is refused by name, never miscounted."""
+    from fcp_data.readers import ScannedSource
+
+    path = root / "scan.jsonl"
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CHATS[:4]))
+    scanned = ScannedSource.scan(str(path), config=ScanConfig(tokenizer=bpe, **CONFIG))
+    with pytest.raises(ConfigError, match="without a member table"):
+        list(make_loader(scanned, bpe, n=1, gbs=4))
