@@ -153,6 +153,21 @@ class _RingAttention(torch.autograd.Function):
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None, None
 
 
+def check_qkv_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """ValueError unless q, k, v are [T_local, heads, head_dim] with k, v alike and matching q
+    in tokens and head_dim (shared by every transport's entry point)."""
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError(
+            f"q, k, v must be [T_local, heads, head_dim]; got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+        raise ValueError(
+            f"k {tuple(k.shape)} and v {tuple(v.shape)} must match each other and q "
+            f"{tuple(q.shape)} in tokens and head_dim"
+        )
+
+
 def ring_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -174,16 +189,7 @@ def ring_attention(
     Returns [T_local, H, D] in q's dtype; padding rows are 0 and get zero gradients.
     """
     comm = ring if isinstance(ring, RingComm) else RingComm(ring)
-    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-        raise ValueError(
-            f"q, k, v must be [T_local, heads, head_dim]; got {tuple(q.shape)}, "
-            f"{tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
-        raise ValueError(
-            f"k {tuple(k.shape)} and v {tuple(v.shape)} must match each other and q "
-            f"{tuple(q.shape)} in tokens and head_dim"
-        )
+    check_qkv_shapes(q, k, v)
     if q.shape[1] % k.shape[1]:
         raise ValueError(
             f"H={q.shape[1]} query heads is not a multiple of H_kv={k.shape[1]} key/value "

@@ -16,25 +16,12 @@ from typing import Any
 import torch
 
 from fcp_exec.a2a import A2AComm
-from fcp_exec.attention import ring_attention
+from fcp_exec.attention import check_qkv_shapes, ring_attention
 from fcp_exec.kernels import AttentionKernel, select_kernel
 from fcp_exec.ring import RingComm
 from fcp_exec.ulysses import check_heads, hybrid_attention
 
 __all__ = ["cp_attention"]
-
-
-def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-        raise ValueError(
-            f"q, k, v must be [T_local, heads, head_dim]; got {tuple(q.shape)}, "
-            f"{tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
-        raise ValueError(
-            f"k {tuple(k.shape)} and v {tuple(v.shape)} must match each other and q "
-            f"{tuple(q.shape)} in tokens and head_dim"
-        )
 
 
 def cp_attention(
@@ -63,7 +50,7 @@ def cp_attention(
             q, k, v, cu_seqlens, cu_seqlens_padded, ring=binding.ring, causal=causal,
             softmax_scale=softmax_scale, kernel=kernel,
         )  # fmt: skip
-    _check_shapes(q, k, v)
+    check_qkv_shapes(q, k, v)
     check_heads(q.shape[1], k.shape[1], u)
     a2a = A2AComm(binding.a2a_ranks, binding.a2a_group)
     ring = RingComm(binding.ring_ranks)
