@@ -154,6 +154,7 @@ def _guarded(name: str, need_s: float, budget: Budget, fn: Any, out: dict[str, A
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from _device.decode import bench_video_decode
     from _device.kernels import bench_kernels
     from _device.presets import preset
     from _device.profile import bench_compute_profile, bench_vision_profile
@@ -175,6 +176,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                            p["profile_repeats"]), parts)  # fmt: skip
     _guarded("vision_profile", p["vision_min_s"], budget,
              lambda: bench_vision_profile(p["vision"]), parts)  # fmt: skip
+    _guarded("video_decode", p["decode_min_s"], budget,
+             lambda: bench_video_decode(p["decode"]), parts)  # fmt: skip
     skips = [{"part": name, "reason": r["reason"]} for name, r in parts.items()
              if r.get("status") == "skipped"]  # fmt: skip
     skips += [{"part": f"kernel_d1 {s['what']}", "reason": s["reason"]}

@@ -34,6 +34,7 @@ from rich.table import Table
 from fcp_data.planner import Cluster, CostModel, plan_global_batch, score_plan
 from fcp_data.planner.vision_cost import VisionWork
 from fcp_data.readers import get_rule
+from fcp_data.vision import vision_work_from_media
 
 VIDEO = ("msrvtt", "internvid", "openvid")
 DEVICES = (("h200", 8), ("ascend-910c", 16))
@@ -74,7 +75,7 @@ def draw_batch(profile: str, rule_name: str, n: int, seed: int) -> tuple[np.ndar
             for f, w, h in zip(num_frames, width, height)
         ]
     )
-    work = VisionWork.from_media(
+    work = vision_work_from_media(
         modality=np.ones(n, np.int8),
         num_frames=num_frames,
         fps=fps,

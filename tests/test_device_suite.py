@@ -18,7 +18,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "bench" / "device_suite.py"
-PARTS = {"exactness", "p2p", "overlap", "kernel_d1", "cost_profile", "vision_profile"}
+PARTS = {"exactness", "p2p", "overlap", "kernel_d1", "cost_profile", "vision_profile",
+         "video_decode"}  # fmt: skip
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
@@ -74,6 +75,14 @@ def test_dry_run_schema_and_exactness(tmp_path: Path) -> None:
     vis = r["parts"]["vision_profile"]
     assert len(vis["encoder_fit"]["rows"]) == 4 and vis["decode_fit"]["status"] == "ok"
 
+    dec = r["parts"]["video_decode"]
+    by = {(row["backend"], row["device"]): row for row in dec["rows"]}
+    assert by["pyav", "cpu"]["vs_pyav"] == 1.0 and by["pyav", "cpu"]["seconds"] > 0
+    if ("decord", "cpu") in by:  # same frames, bit for bit
+        assert by["decord", "cpu"]["max_pixel_diff_vs_pyav"] == 0
+    loaded = {b for b, _ in by}
+    assert all(s["reason"] for s in dec["skipped"])
+    assert loaded | {s["backend"].split("/")[0] for s in dec["skipped"]} >= {"pyav", "torchcodec"}
     p2p, ov = r["parts"]["p2p"], r["parts"]["overlap"]
     assert len(p2p["rows"]) == 3 and p2p["latency_s"] >= 0 and p2p["backend"].startswith("gloo")
     assert ov["ring_s"] > 0 and ov["compute_s"] > 0 and ov["comm_s"] > 0

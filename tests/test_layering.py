@@ -1,10 +1,22 @@
-"""The input side never imports the training side: an import walk over every fcp_data module.
+"""The package's layers hold: an import walk over every fcp_data module.
 
 Every `import` / `from ... import` (module level, inside functions and classes, relative ones
-resolved) and every `importlib.import_module("...")` / `__import__("...")` with a constant name
-is an edge. `fcp_data` may not reach `fcp_exec` at all; megatron-core and transformers only
-from the optional adapters listed in `OPTIONAL`, and only inside a function (imported when that
-feature is used, never by importing the module).
+resolved; `from pkg import name` is an edge to `pkg.name` when that is a module of the tree)
+and every `importlib.import_module("...")` / `__import__("...")` with a constant name is an
+edge. The rules:
+
+- `fcp_data` never reaches `fcp_exec` (the training side), not even lazily;
+- megatron-core and transformers only from the optional adapters listed in `OPTIONAL`, and
+  only inside a function (imported when that feature is used, never by importing the module);
+- the planner is handed arrays only: it imports nothing of readers, vision, loader, collate,
+  commands or the viewer, lazily neither (`fcp_data.vision.work` builds its `VisionWork`);
+- `fcp_data.vision` (what a sample is: modality, model families, templates, payload) sits
+  below readers, loader and collation: it imports none of them, except under
+  `if TYPE_CHECKING:` (annotations cost nothing at run time);
+- readers import vision only through its public modules (`PUBLIC_VISION`), so its internals
+  can move without touching a reader.
+
+Each rule has a planted violation below: a rule that cannot fail is not a test.
 """
 
 from __future__ import annotations
@@ -29,12 +41,60 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
 }
 
 
+# the modules of fcp_data.vision a reader may import (packages by their own name only)
+PUBLIC_VISION = (
+    "fcp_data.vision",
+    "fcp_data.vision.modality",
+    "fcp_data.vision.families",
+    "fcp_data.vision.decode",
+    "fcp_data.vision.probe",
+    "fcp_data.vision.media_meta",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """Modules under `source` may not import modules under `banned`, except the exact modules
+    in `allowed`; `type_checking_ok`: imports under `if TYPE_CHECKING:` are exempt."""
+
+    rule: str
+    source: str
+    banned: tuple[str, ...]
+    allowed: tuple[str, ...] = ()
+    type_checking_ok: bool = False
+
+
+LAYERS = (
+    Layer(
+        rule="planner imports",
+        source="fcp_data.planner",
+        banned=tuple(
+            f"fcp_data.{p}"
+            for p in ("readers", "vision", "loader", "collate", "commands", "viewer")
+        ),
+    ),
+    Layer(
+        rule="vision imports",
+        source="fcp_data.vision",
+        banned=("fcp_data.readers", "fcp_data.loader", "fcp_data.collate"),
+        type_checking_ok=True,
+    ),
+    Layer(
+        rule="readers import vision internals",
+        source="fcp_data.readers",
+        banned=("fcp_data.vision",),
+        allowed=PUBLIC_VISION,
+    ),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Edge:
     module: str
     target: str
     line: int
     top_level: bool
+    type_checking: bool = False  # inside the body of `if TYPE_CHECKING:` (not its else)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -54,19 +114,49 @@ def _resolve(module: str, is_package: bool, level: int, name: str | None) -> str
     return ".".join([*base, name] if name else base)
 
 
+def _is_module(name: str, root: Path) -> bool:
+    """True when `name` is a module or package of the tree at `root` (fcp_data/...)."""
+    parts = name.split(".")
+    if parts[0] != root.name:
+        return False
+    path = root.parent.joinpath(*parts)
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """`TYPE_CHECKING` or `typing.TYPE_CHECKING` (any `X.TYPE_CHECKING`)."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _type_checking_nodes(tree: ast.Module) -> set[int]:
+    """ids of every node inside the body (not the else) of an `if TYPE_CHECKING:`."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for stmt in node.body:
+                inside |= {id(n) for n in ast.walk(stmt)}
+    return inside
+
+
 def imports_of(path: Path, root: Path) -> list[Edge]:
     """Every import edge of one source file (see the module docstring)."""
     module = module_name(path, root)
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(), filename=str(path))
     top = {id(node) for node in tree.body}
+    typing_only = _type_checking_nodes(tree)
     edges: list[Edge] = []
     for node in ast.walk(tree):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            targets = [_resolve(module, is_package, node.level, node.module)]
+            base = _resolve(module, is_package, node.level, node.module)
+            # `from pkg import sub` imports the module pkg.sub when there is one
+            subs = [f"{base}.{a.name}" for a in node.names if _is_module(f"{base}.{a.name}", root)]
+            targets = subs if len(subs) == len(node.names) else [base, *subs]
         elif (
             isinstance(node, ast.Call)
             and node.args
@@ -78,12 +168,28 @@ def imports_of(path: Path, root: Path) -> list[Edge]:
             )
         ):
             targets = [node.args[0].value]
-        edges += [Edge(module, t, node.lineno, id(node) in top) for t in targets]
+        edges += [
+            Edge(module, t, node.lineno, id(node) in top, id(node) in typing_only) for t in targets
+        ]
     return edges
 
 
 def _is_under(target: str, package: str) -> bool:
     return target == package or target.startswith(package + ".")
+
+
+def _layer_breaks(edge: Edge) -> list[str]:
+    """The `LAYERS` rules `edge` breaks, by name."""
+    out = []
+    for layer in LAYERS:
+        if not _is_under(edge.module, layer.source) or _is_under(edge.target, layer.source):
+            continue
+        if not any(_is_under(edge.target, b) for b in layer.banned):
+            continue
+        if edge.target in layer.allowed or (layer.type_checking_ok and edge.type_checking):
+            continue
+        out.append(layer.rule)
+    return out
 
 
 def layering_violations(root: Path) -> list[str]:
@@ -101,6 +207,7 @@ def layering_violations(root: Path) -> list[str]:
                     bad.append(f"{heavy} outside an optional adapter: {where}")
                 elif edge.top_level:
                     bad.append(f"{heavy} imported at module level: {where}")
+            bad += [f"{rule}: {where}" for rule in _layer_breaks(edge)]
     return bad
 
 
@@ -108,7 +215,8 @@ def _package_root() -> Path:
     return Path(fcp_data.__file__).parent
 
 
-def test_fcp_data_never_imports_fcp_exec_nor_megatron_outside_adapters() -> None:
+def test_fcp_data_layers_hold() -> None:
+    """No training side, heavy packages only in adapters, and every layer of `LAYERS`."""
     assert layering_violations(_package_root()) == []
 
 
@@ -136,3 +244,121 @@ def test_the_walk_finds_planted_edges(tmp_path: Path) -> None:
     assert not any("clean.py" in b for b in bad)
     edges = imports_of(root / "collate" / "clean.py", root)
     assert {e.target for e in edges} == {"numpy", "fcp_data.errors"}
+
+
+def _plant(root: Path, files: dict[str, str]) -> None:
+    """Write `files` (paths under `root`), then an empty __init__.py in every folder without."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for folder in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+        if not (folder / "__init__.py").exists():
+            (folder / "__init__.py").write_text("")
+
+
+def _hits(bad: list[str], rule: str, path: Path) -> list[str]:
+    return [b for b in bad if b.startswith(f"{rule}: {path}:")]
+
+
+def test_the_planner_layer_catches_planted_edges(tmp_path: Path) -> None:
+    """Every package above the planner, top level or lazy, TYPE_CHECKING no excuse."""
+    root = tmp_path / "fcp_data"
+    _plant(
+        root,
+        {
+            "planner/cost.py": "X = 1\n",
+            "planner/clean.py": "import numpy\nfrom .cost import X\nfrom ..errors import E\n",
+            "planner/bad.py": (
+                "from ..readers import get_rule\n"
+                "import fcp_data.vision.work\n"
+                "from fcp_data.collate import zigzag\n"
+                "def f():\n    from ..loader import FCPDataLoader\n"
+                "def g():\n    import importlib\n"
+                "    return importlib.import_module('fcp_data.viewer')\n"
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from ..commands import index\n"
+            ),
+            "errors.py": "E = 1\n",
+        },
+    )
+    bad = layering_violations(root)
+    hits = _hits(bad, "planner imports", root / "planner" / "bad.py")
+    assert len(hits) == 6, bad
+    for target in ("readers", "vision.work", "collate", "loader", "viewer", "commands"):
+        assert any(f"imports fcp_data.{target}" in h for h in hits), (target, hits)
+    assert not any("clean.py" in b for b in bad)
+
+
+def test_the_vision_layer_catches_planted_edges(tmp_path: Path) -> None:
+    """Readers, loader, collate from vision: caught unless under `if TYPE_CHECKING:` (its
+    body, not its else), an exemption of this rule only."""
+    root = tmp_path / "fcp_data"
+    _plant(
+        root,
+        {
+            "vision/typed.py": (
+                "from typing import TYPE_CHECKING\nimport typing\n"
+                "if TYPE_CHECKING:\n    from ..readers.sample_source import SampleSource\n"
+                "else:\n    from ..collate import pack\n"
+                "if typing.TYPE_CHECKING:\n    from fcp_data.loader.encode import EncodedSample\n"
+            ),
+            "vision/bad.py": (
+                "from ..readers.rules import get_rule\n"
+                "def f():\n    from ..loader import encode\n"
+                "import fcp_data.collate.zigzag\n"
+            ),
+            "vision/clean.py": (
+                "from .families import get_rule\nfrom ..errors import E\n"
+                "def f():\n    from ..planner.vision_work import VisionWork\n"
+            ),
+            "vision/families/__init__.py": "get_rule = 1\n",
+            "planner/vision_work.py": "VisionWork = 1\n",
+            "errors.py": "E = 1\n",
+        },
+    )
+    bad = layering_violations(root)
+    typed = _hits(bad, "vision imports", root / "vision" / "typed.py")
+    assert len(typed) == 1 and "imports fcp_data.collate" in typed[0], typed  # the else branch
+    assert len(_hits(bad, "vision imports", root / "vision" / "bad.py")) == 3, bad
+    assert not any("clean.py" in b for b in bad)
+    edges = imports_of(root / "vision" / "typed.py", root)
+    assert [e.type_checking for e in edges if e.target.startswith("fcp_data.")] == [
+        True,
+        False,
+        True,
+    ]
+
+
+def test_the_readers_layer_catches_planted_edges(tmp_path: Path) -> None:
+    """A reader reaches vision through its public modules only; a submodule named in
+    `from pkg import sub` counts as that submodule."""
+    root = tmp_path / "fcp_data"
+    files = {f"vision/{m}.py": "x = 1\n" for m in ("modality", "probe", "media_meta", "chat")}
+    files |= {
+        "vision/families/__init__.py": "get_rule = 1\n",
+        "vision/families/qwen.py": "smart_resize = 1\n",
+        "vision/decode/__init__.py": "decode_video_frames = 1\n",
+        "vision/decode/sample.py": "decode_frames = 1\n",
+        "readers/ok.py": (
+            "from ..vision import is_chat\n"
+            "from ..vision.families import get_rule\n"
+            "from fcp_data.vision.modality import Modality\n"
+            "from ..vision import probe, media_meta\n"
+            "def f():\n    from ..vision.decode import decode_video_frames\n"
+        ),
+        "readers/deep.py": (
+            "from ..vision.families.qwen import smart_resize\n"
+            "from ..vision import chat\n"
+            "import fcp_data.vision.template\n"
+            "def f():\n    from ..vision.decode.sample import decode_frames\n"
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from ..vision.families import qwen\n"
+        ),
+    }
+    _plant(root, files)
+    bad = layering_violations(root)
+    hits = _hits(bad, "readers import vision internals", root / "readers" / "deep.py")
+    assert len(hits) == 5, bad
+    for target in ("families.qwen", "chat", "template", "decode.sample"):
+        assert any(f"imports fcp_data.vision.{target}" in h for h in hits), (target, hits)
+    assert not any("ok.py" in b for b in bad), bad

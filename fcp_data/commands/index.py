@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..vision.families import RULE_NAMES
 from ._args import int_in, non_empty, seconds
 
 __all__ = ["register", "run"]
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--vision-rule",
         default="qwen2.5-vl",
-        choices=["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "internvl"],
+        choices=RULE_NAMES,
         help="vision-token rule (default: qwen2.5-vl, qwen-vl-utils defaults)",
     )
     p.add_argument(

@@ -38,10 +38,13 @@ from ..planner import Cluster, CostModel
 from ..planner.api import check_strategy
 from ..readers.rules_base import VisionTokenRule
 from ..readers.text import as_tokenizer
+from ..vision.decode import resolve_backend
+from ..vision.modality import Modality
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
 from .global_batch import BatchBuilder, PlannedBatch
 from .options import LoaderOptions, check_int
 from .prefetch import planned_batches
+from .read_ahead import ReadAhead
 from .resume import plan_settings, resume_point, sampler_settings, source_fingerprint
 from .sampler import GlobalBatchSampler
 from .source import check_source_matches, open_source, resolve_rule, source_skipped
@@ -189,7 +192,8 @@ class FCPDataLoader:
                 eod_id=opts.eod_id,
                 special_token_id=opts.special_token_id,
                 vision_token_id=opts.vision_token_id,
-                decode_backend=opts.decode_backend,
+                decode_backend=_decode_backend(src, opts),
+                decode_device=opts.decode_device,
                 chat_loss_roles=opts.chat_loss_roles,
             )
             if opts.token_store:
@@ -208,6 +212,7 @@ class FCPDataLoader:
             pad_id=opts.pad_id,
             time_limit=SampleTimeLimit(opts.sample_timeout_s, board=self._worker_board()),
             index_skipped=len(self.source_skipped),
+            read_ahead=self._read_ahead(),
         )
         self._epoch, self._batch, self._wave = 0, 0, 0
         self.metrics: BatchMetrics | None = None
@@ -294,6 +299,14 @@ class FCPDataLoader:
         self.sampler = self._builder.sampler = sampler
 
     # ---- iteration -----------------------------------------------------------------------
+    def _read_ahead(self) -> ReadAhead | None:
+        """The read-ahead of each building process (remote shards only: a local read has no
+        round trip to hide); the budget is the loader's, split evenly among its workers."""
+        budget = self.options.read_ahead_bytes // max(1, self.num_workers)
+        if budget <= 0 or not getattr(self.source, "has_remote", False):
+            return None
+        return ReadAhead(budget)
+
     def _worker_board(self) -> WorkerBoard | None:
         """Where workers say which sample they are in, so a hung one's error names it."""
         if not self.num_workers:
@@ -378,3 +391,13 @@ def _shard_of(src: Any, pos: int) -> str | None:
     if records is not None and hasattr(records[pos], "url"):
         return str(records[pos].url)
     return None
+
+
+def _decode_backend(src: Any, opts: LoaderOptions) -> str:
+    """The decoder every sample of this loader uses: `opts.decode_backend` resolved once ("auto"
+    -> the fastest that loads), so a run never mixes libraries; unresolved when the source
+    holds no video (a text corpus needs no PyAV)."""
+    modality = getattr(src, "modality", None)
+    if modality is None or not bool(np.any(np.asarray(modality) == Modality.VIDEO)):
+        return opts.decode_backend
+    return resolve_backend(opts.decode_backend, opts.decode_device)

@@ -34,9 +34,10 @@ import numpy as np
 import torch
 
 from ..collate import VisionInput
-from ..errors import ConfigError, DataError, MissingDependencyError
-from ..readers.rules_base import VisionTokenRule
+from ..errors import ConfigError, DataError
 from ..readers.sample_source import SampleSource
+from ..vision.families import VisionTokenRule
+from ..vision.modality import Modality
 from ..vision.options import VisionOptions
 from ..vision.sample import VisionEncoderMixin
 from ..vision.tokens import SpecialTokenIds
@@ -44,9 +45,6 @@ from ..vision.tokens import SpecialTokenIds
 __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
 
 Tokenizer = Callable[[str], Sequence[int]]
-VIDEO_EXTS = ("mp4", "mkv", "webm", "avi", "mov")
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
-TEXT, VIDEO, IMAGE = 0, 1, 2
 
 
 @dataclass(kw_only=True, slots=True)
@@ -86,7 +84,8 @@ class SampleEncoder(VisionEncoderMixin):
     eod_id: int = 0
     special_token_id: int = 0
     vision_token_id: int = 0
-    decode_backend: str = "pyav"
+    decode_backend: str = "auto"  # fcp_data.vision.decode.BACKENDS, resolved by the loader
+    decode_device: str = "cpu"
     vision: VisionOptions | None = None
     token_ids: SpecialTokenIds | None = None
     store: Any = None  # readers.token_store.TokenStore: text ids sliced, never re-tokenized
@@ -186,10 +185,11 @@ class SampleEncoder(VisionEncoderMixin):
             return other(source, pos)
         modality = int(source.modality[pos])
         special = int(source.special_tokens[pos])
-        if modality == TEXT and self.store is not None and self.store.has(pos):  # stored ids
+        # a text sample whose ids the token store holds: no read, no tokenizer
+        if modality == Modality.TEXT and self.store is not None and self.store.has(pos):
             return EncodedSample(tokens=self.store.tokens(pos, eod=special, eod_id=self.eod_id))
         sample = source.read(pos)
-        if modality == TEXT:
+        if modality == Modality.TEXT:
             chat = self._chat(sample, special)
             if chat is not None:
                 if _member_table(source, pos) is None:
@@ -202,12 +202,12 @@ class SampleEncoder(VisionEncoderMixin):
                 return chat
             ids = self.text_ids(sample)
             return EncodedSample(tokens=np.concatenate([ids, np.full(special, self.eod_id)]))
-        if modality not in (VIDEO, IMAGE):
+        if modality not in (Modality.VIDEO, Modality.IMAGE):
             raise ValueError(f"modality code {modality} is not text (0), video (1) or image (2)")
         if self.rule is None:
             raise ConfigError("a media sample needs vision_rule= on the loader (the index's rule)")
         vt = self.media_tokens(source, pos, modality)
-        exts = VIDEO_EXTS if modality == VIDEO else IMAGE_EXTS
+        exts = Modality(modality).exts  # in the scanner's lookup order
         ext = next((e for e in exts if e in sample), None)
         if ext is None:
             raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
@@ -229,8 +229,8 @@ class SampleEncoder(VisionEncoderMixin):
             tokens=tokens,
             vision_start=vt.special,
             vision=vt,
-            video=media if modality == VIDEO else None,
-            image=media if modality == IMAGE else None,
+            video=media if modality == Modality.VIDEO else None,
+            image=media if modality == Modality.IMAGE else None,
             media_size=(int(source.height[pos]), int(source.width[pos])),
         )
 
@@ -258,7 +258,7 @@ class SampleEncoder(VisionEncoderMixin):
                 token_group=torch.zeros(mine.size, dtype=torch.int64),
                 meta={"grid": tuple(vt.grid), "resized": tuple(vt.resized), "frames_per_group": 1},
             )
-        from ..readers import decode_frames
+        from ..vision.decode import decode_frames
 
         groups_total = max(1, int(vt.grid[0]))
         per_group = vt.vision // groups_total
@@ -276,6 +276,7 @@ class SampleEncoder(VisionEncoderMixin):
             frames,
             vt.resized,
             backend=self.decode_backend,
+            device=self.decode_device,
             key=key,
             native=enc.media_size,
         )
@@ -309,12 +310,6 @@ def _decode_image(
     refused, not clipped to 255; other modes composited over white; the size checked against
     the index's (`size`, height x width).
     """
-    try:
-        import PIL  # noqa: F401
-    except ImportError as e:  # pragma: no cover - Pillow ships with the video extra's deps
-        raise MissingDependencyError(
-            "decoding image samples needs Pillow: pip install 'fcp[video]' (or pillow)"
-        ) from e
     from ..vision.media import load_image, resize_image
 
     rgb = resize_image(load_image(data, size), resized)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,6 +23,7 @@ from ..errors import ConfigError, DataError
 from ..planner import Cluster, CostModel, Plan, RankPlan, Wave
 from ..vision.payload import PayloadParts, build_payload
 from .encode import CustomEncoder, EncodedSample, SampleEncoder
+from .read_ahead import AheadSource, ReadAhead, ReadProbe, remote_bytes
 from .sampler import GlobalBatchSampler
 from .time_limit import SampleTimeLimit, SampleTimeout
 from .types import BatchMetrics, SampleSource
@@ -75,6 +77,8 @@ class BatchBuilder:
     pad_id: int = 0
     time_limit: SampleTimeLimit = field(default_factory=lambda: SampleTimeLimit(0.0))
     index_skipped: int = 0
+    read_ahead: ReadAhead | None = None
+    """Remote shards: the next batch's samples fetched in the background (see `read_ahead`)."""
 
     def plan(self, ids: np.ndarray) -> Plan:
         seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
@@ -104,20 +108,22 @@ class BatchBuilder:
         units from the index columns (none for a source without media columns)."""
         if not hasattr(self.source, "modality"):
             return {}
-        from ..planner import VisionWork
+        from ..vision.work import vision_work_from_index
 
         enc = self.encoder
         layout = "template" if getattr(enc, "vision", None) is not None else "specials-first"
-        work = VisionWork.from_index(
+        work = vision_work_from_index(
             self.source, ids, rule=getattr(enc, "rule", None), layout=layout
         )
         return {"vision": work}
 
     def _read(self, pos: int, planned: int) -> tuple[EncodedSample, str | None]:
-        """Sample at index position `pos`, or (padding, reason) when skipping a bad one."""
+        """Sample at index position `pos`, or (padding, reason) when skipping a bad one; its
+        members come from the read-ahead when it holds them (read and checked alike)."""
         key = str(self.source.keys[pos])
+        src = self._reading()
         try:
-            enc = self.time_limit(f"reading sample {key!r}", lambda: self.encoder(self.source, pos))
+            enc = self.time_limit(f"reading sample {key!r}", lambda: self.encoder(src, pos))
         except Exception as e:  # any reader/decoder failure is this sample's, named by key
             return self._bad(key, pos, planned, e)
         if len(enc.tokens) != planned:
@@ -143,20 +149,25 @@ class BatchBuilder:
             raise SampleReadError(key, pos, reason) from e
         return EncodedSample(tokens=np.full(planned, self.pad_id, dtype=np.int64)), reason
 
+    def _reading(self) -> Any:
+        """The source this build reads through: the read-ahead's samples first, when it has
+        any (`read_ahead.AheadSource`), else the source itself."""
+        return self.source if self.read_ahead is None else AheadSource(self.source, self.read_ahead)
+
     # ---- vision path (LoaderOptions.vision) ------------------------------------------------
-    def _global_loss(self, ids: np.ndarray, seqlens: np.ndarray, planned: Any) -> int:
-        """Loss tokens of the whole global batch, from the index alone (no sample is read)."""
+    def _global_loss(
+        self, ids: np.ndarray, seqlens: np.ndarray, planned: Any, source: Any = None
+    ) -> int:
+        """Loss tokens of the whole global batch, from the index (a sample that may be a chat
+        is read, from `source`: the build's reading source, or a `ReadProbe`)."""
         count = getattr(self.encoder, "loss_tokens", None)
+        src = self._reading() if source is None else source
         if count is None:
             return int(sum(int(seqlens[s]) - 1 for s in planned))
         if isinstance(self.encoder, SampleEncoder):  # a chat it must read: bounded
-            return int(
-                sum(
-                    count(self.source, int(ids[s]), int(seqlens[s]), self.time_limit)
-                    for s in planned
-                )
-            )
-        return int(sum(count(self.source, int(ids[s]), int(seqlens[s])) for s in planned))
+            limit = ReadProbe.call if isinstance(src, ReadProbe) else self.time_limit
+            return int(sum(count(src, int(ids[s]), int(seqlens[s]), limit) for s in planned))
+        return int(sum(count(src, int(ids[s]), int(seqlens[s])) for s in planned))
 
     def _vision_payload(
         self,
@@ -210,21 +221,81 @@ class BatchBuilder:
         count = getattr(self.source, "source_counts", None)
         return tuple(count(ids)) if callable(count) else ()
 
+    def _fetched(self, pos: tuple[int, ...]) -> tuple[int, ...]:
+        """The samples of `pos` whose reads fetch bytes (a token store serves stored text)."""
+        store = getattr(self.encoder, "store", None)
+        if store is None:
+            return pos
+        modality = self.source.modality
+        return tuple(p for p in pos if int(modality[p]) != 0 or not store.has(p))
+
     def _prefetch(self, pos: tuple[int, ...]) -> None:
         """Let a source with remote shards fetch this replica's samples of the batch
         concurrently (one round of range requests); samples a token store serves are skipped."""
         prefetch = getattr(self.source, "prefetch", None)
         if prefetch is None or not getattr(self.source, "has_remote", False):
             return
-        store = getattr(self.encoder, "store", None)
-        if store is not None:
-            modality = self.source.modality
-            pos = tuple(p for p in pos if int(modality[p]) != 0 or not store.has(p))
+        pos = self._fetched(pos)
         # under the sample time limit: a stalled server must not hold the batch; best effort,
         # each read fetches again under its own limit and names the fault
         with contextlib.suppress(SampleTimeout):
             if pos:
                 self.time_limit(f"prefetching {len(pos)} samples", lambda: prefetch(pos))
+
+    def _own(self, ids: np.ndarray, plan: Plan) -> tuple[int, ...]:
+        """Index positions this replica reads in a planned batch, in reading order."""
+        return tuple(
+            int(ids[s])
+            for w in range(plan.num_waves)
+            for s in plan.for_replica(self.replica, w).sequence_ids
+        )
+
+    def _settle(self, epoch: int, batch_index: int) -> frozenset[int]:
+        """The samples the read-ahead holds for this batch, once its fetches of them are done.
+
+        Awaited at most sample_timeout_s and outside every sample's own limit: a read-ahead
+        that is slow costs this batch at most that long and never a sample (what is still in
+        flight then is read on demand as without a read-ahead; 0 = no limit, as for reads).
+        """
+        ra = self.read_ahead
+        if ra is None:
+            return frozenset()
+        limit, board = self.time_limit.seconds, self.time_limit.board
+        what = f"waiting for the read-ahead of global batch {batch_index}"
+        if board is not None:  # a hung worker's error names what it waited for
+            board.begin(what, limit)
+        try:
+            return ra.settle((epoch, batch_index), timeout=limit if limit > 0 else None)
+        finally:
+            if board is not None:
+                board.end(what)
+
+    def _read_ahead(self, epoch: int, batch_index: int, order: np.ndarray | None) -> None:
+        """Plan batch `batch_index` now (the plan is kept for its build) and queue the whole
+        reads its build will make for the background read-ahead, in reading order: the chats
+        of the global batch its loss count reads (found by running that count on a
+        `ReadProbe`, so no rule of it is repeated here), then this replica's samples."""
+        ra = self.read_ahead
+        if ra is None or ra.budget <= 0 or not getattr(self.source, "has_remote", False):
+            return
+        try:
+            ids = self.sampler.batch(epoch, batch_index, order)
+            t0 = time.perf_counter()
+            plan = self.plan(ids)
+            ra.keep_plan(epoch, batch_index, ids, plan, time.perf_counter() - t0)
+            probe = ReadProbe(self.source)
+            seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
+            self._global_loss(ids, seqlens, plan.sequence_ids(), probe)
+            reads = Counter(probe.whole + list(self._fetched(self._own(ids, plan))))
+            items = [(p, remote_bytes(self.source, p), k) for p, k in reads.items()]
+        except Exception:  # a batch that cannot be planned raises in its own build, named there
+            return
+        ra.submit(self.source, (epoch, batch_index), [i for i in items if i[1] > 0])
+
+    def close(self) -> None:
+        """End this process's read-ahead: drop what it holds, join its threads."""
+        if self.read_ahead is not None:
+            self.read_ahead.close()
 
     def own_keys(self, epoch: int, batch_index: int) -> list[str]:
         """Keys this replica reads in a global batch (to name suspects when a worker dies)."""
@@ -344,26 +415,42 @@ class BatchBuilder:
                 setattr(mb, name, value)
         return mb
 
-    def build(self, epoch: int, batch_index: int, order: np.ndarray | None = None) -> PlannedBatch:
+    def build(
+        self,
+        epoch: int,
+        batch_index: int,
+        order: np.ndarray | None = None,
+        *,
+        next_batch: int | None = None,
+    ) -> PlannedBatch:
+        """This replica's micro-batches of a global batch. `next_batch`: the batch this process
+        builds next (b + W in worker w of W), whose remote samples the read-ahead fetches while
+        this one is decoded (None: none, e.g. at the epoch's end)."""
         ids = self.sampler.batch(epoch, batch_index, order)
         t0 = time.perf_counter()
-        plan = self.plan(ids)
-        planning_s = time.perf_counter() - t0
+        early = (
+            None if self.read_ahead is None else self.read_ahead.early_plan(epoch, batch_index, ids)
+        )
+        if early is None:
+            plan = self.plan(ids)
+            planning_s = time.perf_counter() - t0
+        else:  # planned while the previous batch was built (that time, not this lookup's)
+            plan, planning_s = early
         seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
         planned_ids = plan.sequence_ids()
-        global_loss = self._global_loss(ids, seqlens, planned_ids)
         skipped: list[tuple[str, str]] = [
             (str(self.source.keys[int(ids[s])]), f"too long for the cluster ({seqlens[s]} tokens)")
             for s in plan.dropped
         ]
         t1 = time.perf_counter()
-        self._prefetch(
-            tuple(
-                int(ids[s])
-                for w in range(plan.num_waves)
-                for s in plan.for_replica(self.replica, w).sequence_ids
-            )
-        )
+        own = self._own(ids, plan)
+        held = self._settle(epoch, batch_index)  # before the loss count: it may read chats
+        global_loss = self._global_loss(ids, seqlens, planned_ids)
+        self._prefetch(tuple(p for p in own if p not in held))
+        t2 = time.perf_counter()
+        if next_batch is not None:  # after this batch's own requests, before its decoding
+            self._read_ahead(epoch, next_batch, order)
+        ahead_s = time.perf_counter() - t2
         mbs: list[MicroBatch] = []
         for w in range(plan.num_waves):
             rank_plan = plan.for_replica(self.replica, w)
@@ -391,7 +478,7 @@ class BatchBuilder:
             lower_bound=float(plan.lower_bound),
             winner=plan.winner,
             planning_s=planning_s,
-            load_s=time.perf_counter() - t1,
+            load_s=time.perf_counter() - t1 - ahead_s,
             digest=plan.digest,
             skipped=tuple(skipped),
             index_skipped=self.index_skipped,

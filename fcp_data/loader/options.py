@@ -30,7 +30,8 @@ __all__ = [
 
 ON_ERROR = ("raise", "skip")
 ON_TOO_LONG = ("raise", "drop")
-DECODE_BACKENDS = ("pyav", "decord")
+DECODE_BACKENDS = ("auto", "pyav", "decord", "torchcodec")  # fcp_data.vision.decode.BACKENDS
+DECODE_DEVICES = ("cpu", "cuda")
 MP_CONTEXTS = (None, "fork", "spawn", "forkserver")
 
 
@@ -80,6 +81,17 @@ class LoaderOptions:
     The stuck call is left behind in a daemon thread (Python cannot kill a thread).
     metrics_history: how many global batches' BatchMetrics `FCPDataLoader.metrics_history` keeps
     (10,000 ~ a few MB; older ones are only in the log).
+    read_ahead_bytes: with remote shards, the range requests of the next global batch each
+    process builds go out in the background while it decodes the current one, into a cache of at
+    most this many bytes per loader (split evenly among its DataLoader workers; 0 = off). The
+    default, 256 MiB, holds a replica's share of a batch of 100 clips of 2.5 MB or 30,000 texts
+    of 8 KB; a sample larger than its process's share is read when needed, as without it.
+    decode_backend: the video decoder of every path (the pixel payload, `vision_input`): "auto"
+    (default: torchcodec where it loads, else PyAV; decord only by name, see
+    fcp_data.vision.decode.backends), "pyav", "decord" or "torchcodec". Resolved once when the
+    loader is built, and only when the source holds a video, so every sample of a run decodes
+    with the same library; a named backend that is not installed stops the constructor with
+    MissingDependencyError. decode_device: "cpu", or "cuda" for torchcodec's GPU decode.
     """
 
     drop_last: bool = False
@@ -92,7 +104,8 @@ class LoaderOptions:
     vision_token_id: int = 0
     text_field: str = "text"
     caption_field: str = "caption"
-    decode_backend: str = "pyav"
+    decode_backend: str = "auto"
+    decode_device: str = "cpu"
     timeout_s: float = 600.0
     sample_timeout_s: float = 120.0
     pin_memory: bool = False
@@ -111,6 +124,7 @@ class LoaderOptions:
     chat_loss_roles: tuple[str, ...] = ("assistant",)
     """Text chat samples (`--text-field messages`): the roles whose turns are trained on
     (system, user, assistant, tool); role headers never are (fcp_data.readers.chat_text)."""
+    read_ahead_bytes: int = 256 << 20
     allow_pipe: bool = False
     """Run the `pipe:` commands an index lists as shards. An index is data: anyone who can
     write its header could otherwise make every loader run a shell command, so an index with
@@ -128,6 +142,12 @@ class LoaderOptions:
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a non-empty string")
         check_choice("decode_backend", self.decode_backend, DECODE_BACKENDS)
+        check_choice("decode_device", self.decode_device, DECODE_DEVICES)
+        if self.decode_device == "cuda" and self.decode_backend not in ("auto", "torchcodec"):
+            raise ConfigError(
+                f"decode_device='cuda' with decode_backend={self.decode_backend!r}: only "
+                "torchcodec decodes on the GPU; use decode_backend='torchcodec' (or 'auto')"
+            )
         from ..readers.chat_text import check_loss_roles
 
         self.chat_loss_roles = check_loss_roles(self.chat_loss_roles)
@@ -137,6 +157,7 @@ class LoaderOptions:
         )
         check_choice("multiprocessing_context", self.multiprocessing_context, MP_CONTEXTS)
         check_int("metrics_history", self.metrics_history, low=1)
+        check_int("read_ahead_bytes", self.read_ahead_bytes, what=" (bytes; 0 = no read-ahead)")
         if self.vision is not None:
             from ..vision import VisionOptions
 

@@ -2,8 +2,10 @@
 
 Worker w of W plans and collates global batches start+w, start+w+W, ... and torch hands their
 results back round-robin, so batch b+1 is planned (the paper's asynchronous CPU scheduling)
-while the training loop runs batch b. With num_workers=0 the same code runs inline and yields
-identical batches. A dead or silent worker becomes one DataError (see `workers`).
+while the training loop runs batch b. With remote shards a worker also reads ahead its own next
+batch, b+W, while it builds b (`read_ahead`); its threads end with the worker's iteration. With
+num_workers=0 the same code runs inline (reading ahead b+1) and yields identical batches. A
+dead or silent worker becomes one DataError (see `workers`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,15 @@ class _PlannedBatches(IterableDataset):
         info = get_worker_info()
         w, n = (0, 1) if info is None else (info.id, info.num_workers)
         order = self.builder.sampler.order(self.epoch)
-        for b in range(self.start + w, self.stop, n):
-            pb = self.builder.build(self.epoch, b, order)
-            if info is not None:  # crossing a process boundary: one buffer per micro-batch
-                pb.micro_batches = [one_buffer(mb) for mb in pb.micro_batches]
-            yield pb
+        try:
+            for b in range(self.start + w, self.stop, n):
+                after = b + n if b + n < self.stop else None  # this process's next batch
+                pb = self.builder.build(self.epoch, b, order, next_batch=after)
+                if info is not None:  # crossing a process boundary: one buffer per micro-batch
+                    pb.micro_batches = [one_buffer(mb) for mb in pb.micro_batches]
+                yield pb
+        finally:  # the epoch's end, a stop or an error: no read-ahead outlives its iteration
+            self.builder.close()
 
 
 def _identity(x: PlannedBatch) -> PlannedBatch:

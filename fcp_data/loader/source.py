@@ -19,12 +19,12 @@ import numpy as np
 from ..errors import ConfigError, IndexMismatchError
 from ..readers.index_format import HEADER_NAME
 from ..readers.length_index import LengthIndex
-from ..readers.rules import get_rule
-from ..readers.rules_base import VisionTokenRule
 from ..readers.sample_source import SAMPLE_COLUMNS, SampleSource
 from ..readers.scan import ScanConfig
 from ..readers.scanned import ScannedSource
 from ..readers.text import TokenCounter, Tokenizer, as_counter
+from ..vision.families import VisionTokenRule, get_rule
+from ..vision.modality import Modality
 
 __all__ = ["check_source_matches", "open_source", "resolve_rule", "source_skipped"]
 
@@ -93,7 +93,7 @@ def resolve_rule(source: SampleSource, rule: RuleArg) -> VisionTokenRule | None:
     if isinstance(rule, VisionTokenRule):
         return rule
     name = rule or source.header.rule.get("name")
-    if name is None or not bool(np.any(np.asarray(source.modality) != 0)):
+    if name is None or not bool(np.any(np.asarray(source.modality) != Modality.TEXT)):
         return None
     overrides = dict(source.header.scan.rule_overrides) if rule is None else {}
     return get_rule(str(name), **overrides)

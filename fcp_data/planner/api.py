@@ -376,7 +376,8 @@ def plan_global_batch(
     A sequence that cannot fit even on all N replicas raises (`on_too_long="raise"`) or is left
     out and listed in `Plan.dropped` (`"drop"`); when every sequence is dropped the plan is one
     empty wave (every replica sits it out). An unknown strategy raises ConfigError. `vision`:
-    the batch's vision work (`VisionWork.from_media` from the length index columns and rule),
+    the batch's vision work (`fcp_data.vision.vision_work_from_index` / `_from_media` build it
+    from the length index columns and rule),
     priced by `cost.vision`. What an idle (replica, wave) slot costs and whether waves end with
     a barrier come from the cluster (`Cluster.idle`, `Cluster.sync_waves`), so the loader, which
     passes its Cluster, and `score_plan` price a plan the same way.

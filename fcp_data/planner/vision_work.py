@@ -6,8 +6,10 @@ Two layouts are described exactly:
   `<|vision_end|>` is regular too, first = 1);
 - explicit: sorted `unit_starts` per sample (Qwen3-VL's per-group `<t seconds>` text and
   InternVL's `Frame-i: ` labels vary in length, so the gaps differ by a token or two).
-`from_media` / `from_index` walk the rule's template parts (`VisionTokens.parts`) with the rule's
-text counter, the one description the index counts and the loader emits.
+The planner is handed these arrays only; `fcp_data.vision.vision_work_from_index` /
+`vision_work_from_media` build them from the length index and its vision rule (walking the
+rule's template parts with its text counter, the one description the index counts and the
+loader emits), since the planner imports nothing of readers or vision.
 """
 
 from __future__ import annotations
@@ -120,43 +122,3 @@ class VisionWork:
         else:
             last = self.first + (self.units - 1) * self.stride
         return np.where(self.units > 0, last + self.unit_tokens, 0)
-
-    @classmethod
-    def from_media(
-        cls,
-        *,
-        modality: np.ndarray,
-        num_frames: np.ndarray,
-        fps: np.ndarray,
-        width: np.ndarray,
-        height: np.ndarray,
-        rule: object,
-        layout: str = "template",
-    ) -> VisionWork:
-        """From the length index columns (modality 0 text, 1 video, 2 image) and the index's
-        vision-token rule. `layout`: "template" (the vision payload's sequences: the rule's
-        template parts in order, then the caption) or "specials-first" (a loader without
-        vision options: every template token, then the units, then the caption).
-
-        Decoded megapixels per unit: a unit's share of the source frames a replica decodes
-        (sequential decode from the nearest keyframe covers every source frame in its span:
-        `num_frames / groups` frames of width × height); an image is decoded whole once.
-        """
-        from .vision_media import media_work
-
-        return cls.build(**media_work(modality, num_frames, fps, width, height, rule, layout))
-
-    @classmethod
-    def from_index(
-        cls,
-        index: object,
-        ids: np.ndarray | None = None,
-        rule: object = None,
-        layout: str = "template",
-    ) -> VisionWork:
-        """From a `LengthIndex` (samples `ids`, default all) under `rule` (default: the rule
-        named in its header; pass the rule built with the index's tokenizer as text counter
-        for exact template offsets), e.g. for `plan_global_batch(..., vision=...)`."""
-        from .vision_media import index_work
-
-        return cls.build(**index_work(index, ids, rule, layout))

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..optional import require
 from ..planner.vision_cost import VisionCost
 from .fit import Fit, FitRow, nonneg_relative_lstsq
 from .timing import _sync_for, median_seconds
@@ -110,7 +111,7 @@ def time_encoder(c: VisionProfileConfig, patches: int) -> float:
 
 def make_test_video(width: int, height: int, frames: int, *, fps: int = 30) -> bytes:
     """An H.264 mp4 of moving noise (incompressible enough to decode like real video)."""
-    import av
+    av = require("av", "making a test video for the decode profile (PyAV)")
 
     rng = np.random.default_rng(width * height)
     base = rng.integers(0, 256, (height, width * 2, 3), dtype=np.uint8)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..vision.chat import MEDIA_MARKERS, ROLES, chat_pieces, count_chat, is_chat
+from ..vision import MEDIA_MARKERS, ROLES, chat_pieces, count_chat, is_chat
 
 __all__ = [
     "CHAT_ROLES",

@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError, IndexMismatchError, StaleIndexError
+from ..vision.modality import MODALITIES
 from .errors import SkippedSample
 from .index_format import (
     CHECKSUM_ARRAY,
@@ -36,7 +37,6 @@ from .index_format import (
     load_arrays,
 )
 from .remote import is_remote
-from .scan import MODALITIES
 from .shards import is_seekable, shard_fingerprint
 from .sources import megatron_idx, present, read_rows
 

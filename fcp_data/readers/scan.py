@@ -18,11 +18,11 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError, MissingDependencyError
+from ..vision.families import VisionTokenRule, get_rule
+from ..vision.modality import IMAGE_EXTS, MODALITIES, VIDEO_EXTS, Modality
 from .errors import ErrorPolicy, FailureLog
 from .media_meta import VideoMeta, decode_json_object, image_size, video_meta_from_fields
 from .probe import BACKENDS, Prober, ProbeTimeout
-from .rules import get_rule
-from .rules_base import VisionTokenRule
 from .shards import (
     STREAM_MAX_BYTES,
     STREAM_TIMEOUT_S,
@@ -45,10 +45,7 @@ __all__ = [
     "check_scan_config",
 ]
 
-VIDEO_EXTS = ("mp4", "mkv", "webm", "mov", "avi")
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
-TEXT_EXTS = ("txt", "json", "npy")
-MODALITIES = ("text", "video", "image")  # index code = position
+TEXT_EXTS = ("txt", "json", "npy")  # VIDEO_EXTS, IMAGE_EXTS, MODALITIES: fcp_data.vision.modality
 
 
 class ScanConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -272,7 +269,7 @@ class Scanner:
             yield SampleRecord(
                 key=key,
                 url=url,
-                modality=0,
+                modality=Modality.TEXT.value,
                 text_tokens=n,
                 vision_tokens=0,
                 special_tokens=c.text_special_tokens,
@@ -303,7 +300,7 @@ class Scanner:
         if fields is not None and isinstance(fields.get(self.config.caption_field), str):
             return self.counter(fields[self.config.caption_field])
         if fields is not None and isinstance(fields.get(self.config.caption_field), list):
-            from ..vision.chat import count_chat, is_chat  # a conversation (chat-style sample)
+            from ..vision import count_chat, is_chat  # a conversation (chat-style sample)
 
             turns = fields[self.config.caption_field]
             if is_chat(turns):
@@ -338,7 +335,7 @@ class Scanner:
                 num_frames=meta.num_frames, fps=meta.fps, height=meta.height, width=meta.width
             )
             return SampleRecord(
-                modality=1,
+                modality=Modality.VIDEO.value,
                 text_tokens=self._caption(raw, fields),
                 vision_tokens=vt.vision,
                 special_tokens=vt.special + c.text_special_tokens,
@@ -355,7 +352,7 @@ class Scanner:
             fields = self._json(raw.payload["json"]) if "json" in raw.payload else None
             vt = self.rule.image(height=height, width=width)
             return SampleRecord(
-                modality=2,
+                modality=Modality.IMAGE.value,
                 text_tokens=self._caption(raw, fields),
                 vision_tokens=vt.vision,
                 special_tokens=vt.special + c.text_special_tokens,
@@ -383,7 +380,7 @@ class Scanner:
         elif "json" in exts:
             fields = self._json(raw.payload["json"])
             text = fields.get(c.text_field)
-            from ..vision.chat import is_chat
+            from ..vision import is_chat
 
             if is_chat(text):  # a conversation: ChatML-rendered, counted piece by piece
                 from .chat_text import ChatNotStorableError, count_text_chat
@@ -410,7 +407,7 @@ class Scanner:
         if n == 0:
             raise ValueError("empty text (0 tokens); drop the sample from the shard")
         return SampleRecord(
-            modality=0,
+            modality=Modality.TEXT.value,
             text_tokens=n,
             vision_tokens=0,
             special_tokens=c.text_special_tokens,

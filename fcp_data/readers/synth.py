@@ -25,6 +25,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..optional import require
+
 __all__ = ["RESOLUTIONS", "encode_video", "make_shards", "stdlib_sources"]
 
 RESOLUTIONS = ((64, 48), (96, 64), (128, 96), (160, 120), (120, 160), (96, 96))  # (w, h)
@@ -61,7 +63,7 @@ def encode_video(
 ) -> bytes:
     """A `fmt` file ("mp4", "matroska", "webm") of `num_frames` moving-gradient frames
     (yuv420p, so sides must be even)."""
-    import av
+    av = require("av", "writing synthetic video shards (PyAV)")
 
     rng = np.random.default_rng(seed)
     buf = io.BytesIO()

@@ -41,6 +41,7 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError, IndexMismatchError
+from ..vision.modality import Modality
 from .text import RatioCounter, TokenCounter
 
 __all__ = [
@@ -65,7 +66,6 @@ STORE_VERSION = 1
 STORE_HEADER_NAME = "tokens.json"
 FLAT_NAME = "tokens.bin"
 OFFSETS_NAME = "token_offsets.npy"
-TEXT = 0
 CHUNK_BYTES = 4 << 20  # tokens.bin bytes per digest: 250k digests (8 MB of JSON) per TB
 UNSIGNED = ("|u1", "<u2", "<u4", "<u8")  # what `narrowest_dtype(...).str` can be
 
@@ -167,7 +167,7 @@ class TokenRecorder(TokenCounter):
 
     def take(self, record: Any) -> np.ndarray:
         """Ids of a just-scanned record: the captured text ids, .npy ids, or none for media."""
-        if record.modality != TEXT:
+        if record.modality != Modality.TEXT:
             return np.zeros(0, dtype=np.int64)
         if "npy" in record.members:
             raw = record.fetch(["npy"])["npy"]
@@ -376,7 +376,7 @@ class TokenStore:
                 "other shard contents, even if the lengths agree); rebuild with "
                 "`fcp index --store-tokens`"
             )
-        text = np.asarray(index.modality) == TEXT
+        text = np.asarray(index.modality) == Modality.TEXT
         want = np.where(text, np.asarray(index.text_tokens, dtype=np.int64), 0)
         have = np.diff(np.asarray(self.offsets))
         if lengths_digest(have) != h.lengths_sha256 or not np.array_equal(have, want):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..optional import require
 from ..planner import Cluster, CostModel
 from ..planner.compare import StrategyResult
 from .bars import timeline, wave_spans
@@ -49,11 +50,10 @@ def draw(
 ) -> Path:
     """Write the comparison PNG (Agg backend, no display needed); returns the path written,
     which is `path` or a numbered variant of it (see `free_path`)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "drawing the plan comparison PNG")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
+    plt = require("matplotlib.pyplot", "drawing the plan comparison PNG")
+    Patch = require("matplotlib.patches", "drawing the plan comparison PNG").Patch
 
     ok = [r for r in results if r.plan is not None]
     if not ok:

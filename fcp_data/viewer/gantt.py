@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from ..optional import require
 from ..planner.compare import StrategyResult
 from .bars import Bar, WaveSpan
 from .colors import degree_color, text_color
@@ -67,7 +68,7 @@ def _runs(replicas: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def _rect(xy: tuple[float, float], w: float, h: float, color: Any, outline: bool) -> Any:
-    from matplotlib.patches import Rectangle
+    Rectangle = require("matplotlib.patches", "drawing the plan Gantt chart").Rectangle
 
     return Rectangle(
         xy,

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..readers.rules_base import VisionTokens
-from .options import FamilySpec, VisionOptions
+from .families import FamilySpec, VisionTokens
+from .modality import Modality
+from .options import VisionOptions
 from .positions import mrope_positions, second_per_grid
 from .rope_check import resolve_next_text
 from .template import MediaLayout, render
@@ -116,7 +117,7 @@ def encode_media(
     mrope = None
     if spec.rope != "1d":
         interval = np.float32(1.0)
-        if spec.time_scaled and kind == 2:
+        if spec.time_scaled and kind == Modality.VIDEO.token_type:
             spg = second_per_grid(
                 num_frames=num_frames,
                 fps=fps,

@@ -1,11 +1,13 @@
 """Decode exactly the frames, images and tiles a replica's encoder units need, or say why not.
 
-Frames come from PyAV by index and must all exist: a file that decodes fewer frames than its
-index entry promised (a header that over-reports, a cut file) is an error naming both counts,
-never a silently repeated last frame, because the index's token count and every replica's
-positions were computed from the promised count. Video frames are resized like qwen-vl-utils
-(bicubic with antialias on float, rounded to uint8); images and InternVL tiles with Pillow's
-bicubic resize, as the Hugging Face Pillow processors and InternVL's dynamic_preprocess do.
+Video frames come from the one decoder, fcp_data.vision.decode (re-exported here as
+`decode_video_frames`): by index, only the GOPs that hold them, and all must exist: a file
+that decodes fewer frames than its index entry promised (a header that over-reports, a cut
+file) is an error naming both counts, never a silently repeated last frame, because the
+index's token count and every replica's positions were computed from the promised count.
+Video frames are resized like qwen-vl-utils (bicubic with antialias on float, rounded to
+uint8); images and InternVL tiles with Pillow's bicubic resize, as the Hugging Face Pillow
+processors and InternVL's dynamic_preprocess do.
 
 Images in modes other than RGB are composited over white through RGBA (transformers'
 convert_to_rgb; qwen-vl-utils does the same for RGBA): CMYK, P, L, LA, RGBA all work. Modes with
@@ -15,11 +17,13 @@ more than 8 bits per channel (I;16, I, F) have no agreed 8-bit meaning and are r
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
-from fractions import Fraction
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
+
+from ..optional import require
+from .decode import decode_video_frames
+from .decode.errors import size_mismatch_message
 
 __all__ = [
     "check_media_size",
@@ -32,130 +36,17 @@ __all__ = [
 REFUSED_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 
 
-SEEK_MIN_FRAME = 48  # below this, decoding from the start costs about what a seek saves
-
-
-def _pts_index(stream: Any) -> Callable[[int | None], int | None] | None:
-    """pts -> frame index for a constant-rate stream (exact rationals), or None if unknown."""
-    rate, base = stream.average_rate or stream.guessed_rate, stream.time_base
-    if not rate or not base:
-        return None
-    start = stream.start_time or 0
-    scale = Fraction(base) * Fraction(rate)
-
-    def index(pts: int | None) -> int | None:
-        if pts is None:
-            return None
-        x = (pts - start) * scale
-        i = round(x)
-        return int(i) if abs(x - i) < Fraction(1, 100) else None
-
-    return index
-
-
-def _decode(data: bytes, wanted: list[int], seek: bool) -> tuple[dict[int, np.ndarray], int]:
-    """Wanted frames by index and the last index decoded; None-safe seek when `seek`.
-
-    With `seek`, the container seeks to the keyframe before the first wanted frame and every
-    decoded frame's index is derived from its pts; any frame whose pts does not give the next
-    whole index (variable rate, missing pts, a seek that lands past the frame) raises
-    _SeekUnreliable and the caller decodes from the start instead.
-    """
-    import av
-
-    want = set(wanted)
-    got: dict[int, np.ndarray] = {}
-    last = -1
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.video[0]
-        index_of = _pts_index(stream) if seek else None
-        if seek and index_of is None:
-            raise _SeekUnreliable
-        i = 0
-        if seek:
-            assert index_of is not None
-            target = stream.start_time or 0
-            target += int(
-                wanted[0]
-                / (
-                    Fraction(stream.time_base)
-                    * Fraction(stream.average_rate or stream.guessed_rate)
-                )
-            )
-            container.seek(target, stream=stream, backward=True, any_frame=False)
-        for frame in container.decode(stream):
-            if seek:
-                j = index_of(frame.pts)  # type: ignore[misc]
-                if j is None or (last >= 0 and j != last + 1) or (last < 0 and j > wanted[0]):
-                    raise _SeekUnreliable
-                i = j
-            last = i
-            if i in want:
-                got[i] = frame.to_ndarray(format="rgb24")
-            if i >= wanted[-1]:
-                break
-            i += 1
-    return got, last
-
-
 def check_media_size(height: int, width: int, expect: tuple[int, int] | None, what: str) -> None:
     """ValueError when decoded media is not the (height, width) the index counted it at.
 
     The rule's resize target, grid and token count come from the index's width/height (a
     sidecar or the probe): a 640x360 clip indexed as 320x320 would be squeezed to the wrong
     aspect and its tokens would describe another grid, with no error. (0, 0) or None: unknown.
+    Video frames get the same text from the decoder (VideoDecodeError, a ValueError).
     """
-    if expect is None or not all(expect):
-        return
-    if (int(height), int(width)) != (int(expect[0]), int(expect[1])):
-        raise ValueError(
-            f"the {what} decodes at {width}x{height} (width x height) but the index says "
-            f"{expect[1]}x{expect[0]}: its tokens and resize were computed for the wrong size "
-            "and it would load stretched; fix the sidecar's width/height or re-index"
-        )
-
-
-class _SeekUnreliable(Exception):
-    """Frame indices cannot be trusted after a seek: decode from the start."""
-
-
-def decode_video_frames(
-    data: bytes, indices: Sequence[int], expect: tuple[int, int] | None = None
-) -> np.ndarray:
-    """uint8 (len(indices), H, W, 3) source frames `indices` (repeats allowed) of `data`.
-
-    `expect` (height, width) is the index's size: a frame of another size raises
-    (`check_media_size`).
-
-    A replica that holds only late tubelets of a long video seeks to the keyframe before its
-    first frame (constant-rate streams; frame indices checked from pts) instead of decoding
-    from frame 0, so its decode work follows the frames it holds.
-    """
-    import av
-
-    wanted = sorted(set(int(i) for i in indices))
-    if not wanted or wanted[0] < 0:
-        raise ValueError(f"frame indices {wanted[:4]} must be non-empty and >= 0")
-    try:
-        try:
-            got, last = _decode(data, wanted, seek=wanted[0] >= SEEK_MIN_FRAME)
-        except _SeekUnreliable:
-            got, last = _decode(data, wanted, seek=False)
-    except (av.error.FFmpegError, OSError, ValueError) as e:
-        raise ValueError(
-            f"frame decoding failed ({type(e).__name__}: {e}); the file is corrupt: re-encode "
-            "it or drop the sample (on_error='skip' counts it)"
-        ) from e
-    missing = [i for i in wanted if i not in got]
-    if missing:
-        raise ValueError(
-            f"the video decodes {last + 1} frames but the index samples frame {missing[0]} "
-            f"(of {len(wanted)} wanted): its frame count differs from the index's; re-probe "
-            "it (rebuild the index without a sidecar num_frames, or fix the sidecar)"
-        )
-    first = got[wanted[0]]
-    check_media_size(first.shape[0], first.shape[1], expect, "video")
-    return np.stack([got[int(i)] for i in indices])
+    message = size_mismatch_message(height, width, expect, what)
+    if message is not None:
+        raise ValueError(message)
 
 
 def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -180,7 +71,7 @@ def load_image(data: bytes, expect: tuple[int, int] | None = None) -> object:
     98.8% of a uniform 16-bit image's values become 255). `expect` (height, width): the
     index's size, checked (`check_media_size`).
     """
-    from PIL import Image
+    Image = require("PIL.Image", "decoding an image (Pillow)")
 
     try:
         im = Image.open(io.BytesIO(data))
@@ -202,7 +93,7 @@ def load_image(data: bytes, expect: tuple[int, int] | None = None) -> object:
 
 def resize_image(im: object, size: tuple[int, int]) -> np.ndarray:
     """uint8 (h, w, 3) of a Pillow image resized bicubically to size = (h, w)."""
-    from PIL import Image
+    Image = require("PIL.Image", "resizing an image (Pillow)")
 
     h, w = size
     if im.size != (w, h):  # type: ignore[attr-defined]

@@ -12,7 +12,8 @@ Defaults follow each family's published processors and fine-tuning code:
   "spatial", 4.x "max+1") and stated in one log line; "max+1" (Qwen's fine-tuning code: one
   past the video's largest id) or "spatial" (start + max(h, w)) are used as given, with one
   warning when transformers computes the other.
-* `mean`/`std` None: CLIP statistics for Qwen2/2.5-VL, 0.5 for Qwen3-VL, ImageNet for InternVL.
+* `mean`/`std` None: the rule's `FamilySpec` statistics (fcp_data.vision.families): CLIP's for
+  Qwen2/2.5-VL, 0.5 for Qwen3-VL, ImageNet's for InternVL.
 * `loss_on_template` False: labels that would predict template or vision tokens are ignored
   (loss on text only); True keeps template text (timestamps, frame labels) in the loss.
 * `chat` False: a caption field holding a conversation (fcp_data.vision.chat) is encoded only
@@ -25,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .pixels import CLIP_MEAN, CLIP_STD, HALF_MEAN, HALF_STD, IMAGENET_MEAN, IMAGENET_STD
+from .families import FamilySpec, family_spec
 from .tokens import SpecialTokenIds
 
-__all__ = ["FamilySpec", "VisionOptions", "family_spec"]
+__all__ = ["FamilySpec", "VisionOptions", "family_spec"]  # the spec names: re-exports
 
 
 @dataclass(kw_only=True, slots=True)
@@ -46,58 +47,3 @@ class VisionOptions:
     chat: bool = False
     chat_loss_roles: tuple[str, ...] = ("assistant",)
     payload: bool = True
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FamilySpec:
-    """What a rule's family fixes: patch, merge, temporal patch, statistics, rope kind."""
-
-    family: str
-    patch: int
-    merge: int
-    temporal: int
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-    rope: Literal["mrope", "mrope-groups", "1d"]
-    time_scaled: bool  # Qwen2.5-VL: temporal ids scaled by tokens_per_second * second_per_grid
-
-
-def family_spec(rule_name: str, patch_size: int = 14) -> FamilySpec:
-    """The spec for rule `rule_name` (patch_size from the rule's config for Qwen)."""
-    if rule_name == "internvl":
-        return FamilySpec(
-            family="internvl",
-            patch=14,
-            merge=2,
-            temporal=1,
-            mean=IMAGENET_MEAN,
-            std=IMAGENET_STD,
-            rope="1d",
-            time_scaled=False,
-        )
-    if rule_name == "qwen3-vl":
-        return FamilySpec(
-            family="qwen",
-            patch=patch_size,
-            merge=2,
-            temporal=2,
-            mean=HALF_MEAN,
-            std=HALF_STD,
-            rope="mrope-groups",
-            time_scaled=False,
-        )
-    if rule_name in ("qwen2-vl", "qwen2.5-vl"):
-        return FamilySpec(
-            family="qwen",
-            patch=patch_size,
-            merge=2,
-            temporal=2,
-            mean=CLIP_MEAN,
-            std=CLIP_STD,
-            rope="mrope",
-            time_scaled=rule_name == "qwen2.5-vl",
-        )
-    raise ValueError(
-        f"vision rule {rule_name!r} has no payload spec; allowed: qwen2-vl, qwen2.5-vl, "
-        "qwen3-vl, internvl"
-    )

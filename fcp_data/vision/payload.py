@@ -18,10 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from ..optional import require
+from .families import FamilySpec, qwen_rows
 from .media import decode_video_frames, internvl_tiles, load_image, resize_frames, resize_image
-from .options import FamilySpec, VisionOptions
-from .pixels import normalize, qwen_rows
-from .template import VIDEO, MediaLayout
+from .modality import Modality
+from .options import VisionOptions
+from .pixels import normalize
+from .template import MediaLayout
 
 __all__ = ["PayloadParts", "build_payload", "sequence_payload"]
 
@@ -67,23 +70,37 @@ def _unit_pixels(
     spec: FamilySpec,
     opts: VisionOptions,
     size: tuple[int, int] | None = None,
+    *,
+    backend: str = "auto",
+    device: str = "cpu",
 ) -> np.ndarray:
-    """Encoder input of `units` in order: Qwen rows or InternVL tiles [n, 3, 448, 448]."""
+    """Encoder input of `units` in order: Qwen rows or InternVL tiles [n, 3, tile, tile].
+
+    Frames come from the one decoder (fcp_data.vision.decode) with the loader's backend, which
+    seeks to the keyframe before each held run of units, so a member holding the first and
+    the last chunk of a video decodes those GOPs, not the whole video."""
+
+    def frames_at(idx: list[int]) -> np.ndarray:
+        return decode_video_frames(media, idx, size, backend=backend, device=device)
+
     vt = layout.vt
     mean = opts.mean or spec.mean
     std = opts.std or spec.std
-    if spec.family == "qwen":
-        if layout.kind == VIDEO:
-            idx = [vt.frame_indices[u * spec.temporal + j] for u in units for j in range(2)]
-            frames = resize_frames(decode_video_frames(media, idx, size), vt.resized)
+    if spec.pixel_layout == "rows":
+        if layout.modality is Modality.VIDEO:
+            t = spec.temporal
+            idx = [vt.frame_indices[u * t + j] for u in units for j in range(t)]
+            frames = resize_frames(frames_at(idx), vt.resized)
         else:  # an image is its own tubelet, repeated to temporal_patch_size frames
-            frames = np.repeat(resize_image(load_image(media, size), vt.resized)[None], 2, axis=0)
+            frames = np.repeat(
+                resize_image(load_image(media, size), vt.resized)[None], spec.temporal, axis=0
+            )
         x = normalize(frames, mean, std)  # [2n, 3, H, W]
         x = x.reshape(len(units), spec.temporal, *x.shape[1:])
         return qwen_rows(x, patch=spec.patch, merge=spec.merge)
-    side = vt.resized[0] if layout.kind == VIDEO else 448
-    if layout.kind == VIDEO:
-        raw = decode_video_frames(media, [vt.frame_indices[u] for u in units], size)
+    side = vt.resized[0] if layout.modality is Modality.VIDEO else spec.tile
+    if layout.modality is Modality.VIDEO:
+        raw = frames_at([vt.frame_indices[u] for u in units])
         tiles = np.stack([resize_image(_pil(f), (side, side)) for f in raw])
     else:
         rows, cols = vt.grid[1], vt.grid[2]
@@ -93,14 +110,13 @@ def _unit_pixels(
             cols=cols,
             thumbnail=vt.grid[0] > rows * cols,
             tiles=units,
+            side=side,  # the family's tile (InternVL 448)
         )
     return normalize(tiles, mean, std)
 
 
 def _pil(frame: np.ndarray) -> Any:
-    from PIL import Image
-
-    return Image.fromarray(frame)
+    return require("PIL.Image", "resizing InternVL video frames (Pillow)").fromarray(frame)
 
 
 def sequence_payload(
@@ -117,6 +133,8 @@ def sequence_payload(
     spec: FamilySpec,
     opts: VisionOptions,
     media_size: tuple[int, int] | None = None,
+    backend: str = "auto",
+    device: str = "cpu",
 ) -> None:
     """Append sequence k's positions and (if it has media) pixels, runs and scatter to `out`.
 
@@ -137,15 +155,16 @@ def sequence_payload(
     units, partial = _held_units(layout, inv)
     if not units:
         return
-    pixels = _unit_pixels(layout, units, media, spec, opts, media_size)
+    pixels = _unit_pixels(
+        layout, units, media, spec, opts, media_size, backend=backend, device=device
+    )
     per_unit = pixels.shape[0] // len(units)
-    gh, gw = (layout.vt.grid[1], layout.vt.grid[2]) if spec.family == "qwen" else (32, 32)
     at = 0
     for run in _runs(units):
         n = len(run)
         out.pixel_values.append(pixels[at * per_unit : (at + n) * per_unit])
         at += n
-        out.grid_thw.append((n, gh, gw))
+        out.grid_thw.append(spec.grid_row(layout.vt, n))
         out.runs.append((k, layout.kind, run[0], n))
         out.scatter.append(np.concatenate([inv[slice(*layout.unit_range(u))] for u in run]))
     out.units += len(units)
@@ -168,7 +187,7 @@ def build_payload(parts: PayloadParts, spec: FamilySpec, *, row_width: int) -> d
             return torch.zeros(empty, dtype=dtype)
         return torch.from_numpy(np.ascontiguousarray(np.concatenate(xs)))
 
-    pix_empty = (0, row_width) if spec.family == "qwen" else (0, 3, 448, 448)
+    pix_empty = spec.empty_pixels(row_width)
     return {
         "pixel_values": cat(parts.pixel_values, pix_empty, torch.float32),
         "grid_thw": torch.tensor(parts.grid_thw, dtype=torch.int64).reshape(-1, 3),

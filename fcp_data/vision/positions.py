@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from .modality import Modality
 from .template import MediaLayout
 
 __all__ = ["NEXT_TEXT", "mrope_positions", "second_per_grid"]
@@ -77,7 +78,7 @@ def mrope_positions(
             out[:, tok:start] = np.arange(pos, pos + start - tok)
             pos += start - tok
         gh, gw = lay.vt.grid[1] // merge, lay.vt.grid[2] // merge
-        step = np.float32(interval) if lay.kind == 2 else np.float32(1.0)
+        step = np.float32(interval) if lay.modality is Modality.VIDEO else np.float32(1.0)
         t_ids = (np.arange(n_units, dtype=np.float32) * step).astype(np.int64)
         n = n_units * gh * gw
         out[0, start : start + n] = pos + np.repeat(t_ids, gh * gw)

@@ -38,8 +38,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..readers.rules_base import VisionTokens
-from .options import FamilySpec, VisionOptions
+from .families import FamilySpec, HFRopeModel, VisionTokens, family_of, family_spec
+from .modality import Modality
+from .options import VisionOptions
 from .positions import NEXT_TEXT, mrope_positions
 from .template import MediaLayout
 
@@ -58,12 +59,7 @@ _LOG = logging.getLogger(__name__)
 PROBE_GRID = (12, 4, 4)  # (tubelets, patch rows, patch cols); merged 2 x 2
 PROBE_PREFIX, PROBE_SUFFIX = 4, 4  # text before the pads (incl. vision_start), after (incl. end)
 PROBE_TOKENS_PER_SECOND = 2
-
-# the transformers model class whose get_rope_index each rule's checkpoints run
-MODEL_CLASSES = {
-    "qwen2-vl": ("Qwen2VLConfig", "Qwen2VLModel"),
-    "qwen2.5-vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLModel"),
-}
+PROBE_RULE = "qwen2-vl"  # the probe video's template; every probed rule lays it out the same
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,21 +73,37 @@ class RopeProbe:
 
 
 def _rule_of(spec: FamilySpec) -> str | None:
-    """The probed rule a family spec stands for (None: the conventions cannot differ)."""
-    if spec.rope != "mrope":
-        return None  # Qwen3-VL runs have t = 1 (max+1 == spatial); InternVL is 1-D
-    return "qwen2.5-vl" if spec.time_scaled else "qwen2-vl"
+    """The probed rule a family spec stands for (None: the conventions cannot differ).
+
+    Qwen3-VL runs have t = 1 (max+1 == spatial) and InternVL is 1-D: their specs name no
+    transformers model to probe."""
+    if spec.rope != "mrope" or spec.hf_rope_model is None:
+        return None
+    return spec.rule
+
+
+def _hf_model(rule: str) -> HFRopeModel:
+    """The transformers model whose get_rope_index rule `rule` runs (ValueError: none)."""
+    hf = family_spec(rule).hf_rope_model
+    if hf is None:
+        raise ValueError(f"rule {rule!r} has no transformers get_rope_index to probe")
+    return hf
 
 
 def _probe_layout(interval: float) -> tuple[int, list[MediaLayout], float]:
     t, h, w = PROBE_GRID
-    per = h * w // 4
+    spec = family_spec(PROBE_RULE)
+    per = h * w // (spec.merge * spec.merge)  # merged tokens per tubelet: 4
     vt = VisionTokens(
-        vision=t * per, special=2, frame_indices=(), resized=(h * 14, w * 14), grid=(t, h, w)
+        vision=t * per,
+        special=2,
+        frame_indices=(),
+        resized=(h * spec.patch, w * spec.patch),
+        grid=(t, h, w),
     )
     lay = MediaLayout(
-        kind=2,
-        family="qwen",
+        kind=Modality.VIDEO.token_type,
+        family=family_of(PROBE_RULE),
         unit_tokens=per,
         unit_starts=np.arange(PROBE_PREFIX, PROBE_PREFIX + t * per, per),
         pad_runs=((PROBE_PREFIX, 0, t),),
@@ -108,7 +120,7 @@ def probe_next_text(model: Any, rule: str, version: str = "?") -> RopeProbe:
     """
     import torch
 
-    interval = float(PROBE_TOKENS_PER_SECOND) if rule == "qwen2.5-vl" else 1.0
+    interval = float(PROBE_TOKENS_PER_SECOND) if family_spec(rule).time_scaled else 1.0
     length, layouts, interval = _probe_layout(interval)
     t, h, w = PROBE_GRID
     n_pad = layouts[0].vt.vision
@@ -119,7 +131,7 @@ def probe_next_text(model: Any, rule: str, version: str = "?") -> RopeProbe:
     ids[0, PROBE_PREFIX - 1] = start
     ids[0, PROBE_PREFIX : PROBE_PREFIX + n_pad] = vid
     types = torch.zeros(1, length, dtype=torch.long)
-    types[0, PROBE_PREFIX : PROBE_PREFIX + n_pad] = 2
+    types[0, PROBE_PREFIX : PROBE_PREFIX + n_pad] = Modality.VIDEO.token_type
     kwargs: dict[str, Any] = {"video_grid_thw": torch.tensor([[t, h, w]])}
     fn = model.get_rope_index
     params = inspect.signature(fn).parameters
@@ -151,8 +163,11 @@ def _build_model(rule: str) -> tuple[Any, str]:
     import torch
     import transformers
 
-    cfg_name, model_name = MODEL_CLASSES[rule]
-    cfg_cls, model_cls = getattr(transformers, cfg_name), getattr(transformers, model_name)
+    hf = _hf_model(rule)
+    cfg_cls, model_cls = (
+        getattr(transformers, hf.config_class),
+        getattr(transformers, hf.model_class),
+    )
     text = dict(
         hidden_size=8,
         intermediate_size=8,
@@ -161,16 +176,12 @@ def _build_model(rule: str) -> tuple[Any, str]:
         num_key_value_heads=1,
         rope_scaling={"type": "mrope", "mrope_section": [2, 1, 1]},
     )
-    vision: dict[str, Any] = dict(depth=1, hidden_size=8, num_heads=1)
-    if rule == "qwen2.5-vl":
-        vision.update(
-            intermediate_size=8,
-            out_hidden_size=8,
-            tokens_per_second=PROBE_TOKENS_PER_SECOND,
-            fullatt_block_indexes=[0],
-        )
-    else:
-        vision.update(embed_dim=8, mlp_ratio=1)
+    # the family's tiny vision config (tuples become the lists transformers' configs hold)
+    vision: dict[str, Any] = {
+        k: list(v) if isinstance(v, tuple) else v for k, v in hf.vision_config
+    }
+    if family_spec(rule).time_scaled:  # Qwen2.5-VL: the probe's temporal ids in time units
+        vision["tokens_per_second"] = PROBE_TOKENS_PER_SECOND
     cfg = cfg_cls(text_config=text, vision_config=vision)
     with torch.device("meta"):  # get_rope_index reads only the config: allocate nothing
         model = model_cls(cfg)
@@ -183,7 +194,7 @@ def transformers_next_text(rule: str) -> RopeProbe | str:
     try:
         model, version = _build_model(rule)
     except (ImportError, AttributeError, TypeError, ValueError, RuntimeError) as exc:
-        return f"transformers' {MODEL_CLASSES[rule][1]} is not usable here ({exc!r})"
+        return f"transformers' {_hf_model(rule).model_class} is not usable here ({exc!r})"
     try:
         return probe_next_text(model, rule, version)
     except (AttributeError, TypeError, ValueError, RuntimeError, IndexError, StopIteration) as exc:
@@ -219,8 +230,8 @@ def resolve_next_text(choice: str, spec: FamilySpec) -> str:
         if not probe.matches:
             raise ConfigError(
                 f"VisionOptions(next_text='auto'): transformers {probe.version} "
-                f"{MODEL_CLASSES[rule][1]}.get_rope_index matches neither 'max+1' nor 'spatial' "
-                f"on a 12-tubelet probe video ({probe.detail}); fcp cannot reproduce its "
+                f"{_hf_model(rule).model_class}.get_rope_index matches neither 'max+1' nor "
+                f"'spatial' on a 12-tubelet probe video ({probe.detail}); fcp cannot reproduce its "
                 "positions. Pass next_text='max+1' or 'spatial' explicitly to train anyway."
             )
         chosen = probe.matches[0]

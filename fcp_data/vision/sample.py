@@ -18,17 +18,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..readers.rules_base import VisionTokens
     from ..readers.sample_source import SampleSource
 
 from .chat import chat_flags, chat_pieces, is_chat
 from .encode import encode_media, media_loss_tokens
-from .options import FamilySpec, family_spec
+from .families import FamilySpec, VisionTokens, rule_spec
+from .modality import Modality
 from .payload import PayloadParts, sequence_payload
 
-__all__ = ["VisionEncoderMixin", "rule_spec"]
-
-TEXT, VIDEO, IMAGE = 0, 1, 2  # the index's modality codes
+__all__ = ["VisionEncoderMixin", "rule_spec"]  # rule_spec: a re-export of the registry's
 
 
 class VisionEncoderMixin:
@@ -66,7 +64,7 @@ class VisionEncoderMixin:
 
     def media_tokens(self, source: SampleSource, pos: int, modality: int) -> VisionTokens:
         """The rule's tokens of media sample `pos` from the index columns (no pixel read)."""
-        if modality == VIDEO:
+        if modality == Modality.VIDEO:
             return self.rule.video(
                 num_frames=int(source.num_frames[pos]),
                 fps=float(source.fps[pos]),
@@ -101,7 +99,7 @@ class VisionEncoderMixin:
             text = {"before": before, "after": after}
         em = encode_media(
             vt,
-            kind=2 if modality == VIDEO else 1,
+            kind=Modality(modality).token_type,
             spec=self._spec(),
             options=self.vision,
             token_ids=self.token_ids,
@@ -109,15 +107,15 @@ class VisionEncoderMixin:
             **text,
             eod=eod,
             eod_id=self.eod_id,
-            num_frames=int(source.num_frames[pos]) if modality == VIDEO else 0,
-            fps=float(source.fps[pos]) if modality == VIDEO else 0.0,
+            num_frames=int(source.num_frames[pos]) if modality == Modality.VIDEO else 0,
+            fps=float(source.fps[pos]) if modality == Modality.VIDEO else 0.0,
         )
         return {
             "tokens": em.tokens,
             "vision_start": 0,
             "vision": vt,
-            "video": media if modality == VIDEO else None,
-            "image": media if modality == IMAGE else None,
+            "video": media if modality == Modality.VIDEO else None,
+            "image": media if modality == Modality.IMAGE else None,
             "targets": em.targets,
             "layout": em.layout,
             "mrope": em.mrope,
@@ -148,7 +146,7 @@ class VisionEncoderMixin:
         other = self.for_source(source, pos)
         if other is not self:
             return int(other.loss_tokens(source, pos, seqlen, time_limit))
-        if modality == TEXT:  # a text chat's targets, else seqlen - 1 (loader.encode)
+        if modality == Modality.TEXT:  # a text chat's targets, else seqlen - 1 (loader.encode)
             text_count = getattr(self, "text_loss_tokens", None)
             if text_count is None:
                 return seqlen - 1
@@ -203,12 +201,9 @@ class VisionEncoderMixin:
             spec=self._spec(),
             opts=self.vision,
             media_size=enc.media_size,
+            backend=getattr(self, "decode_backend", "auto"),
+            device=getattr(self, "decode_device", "cpu"),
         )
-
-
-def rule_spec(rule: Any) -> FamilySpec:
-    """The payload spec of a readers VisionTokenRule (patch size from its config for Qwen)."""
-    return family_spec(rule.name, getattr(rule.config, "patch_size", 14))
 
 
 @dataclass(frozen=True, slots=True)

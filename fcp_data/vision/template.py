@@ -17,12 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..readers.rules_base import PAD_PARTS, SPECIAL_PARTS, VisionTokens
+from .families import PAD_PARTS, SPECIAL_PARTS, VisionTokens, spec_of_family
+from .modality import Modality
 from .tokens import SpecialTokenIds
 
 __all__ = ["MediaLayout", "render"]
-
-TEXT, IMAGE, VIDEO = 0, 1, 2  # token types as transformers' mm_token_type_ids spells them
 
 
 @dataclass(kw_only=True, slots=True)
@@ -32,7 +31,8 @@ class MediaLayout:
     `unit_starts[u]` is the first pad token of unit u; every unit has `unit_tokens` pads.
     `pad_runs` lists (first token, first unit, unit count) of each pad part (one per video for
     Qwen2/2.5, one per temporal group for Qwen3-VL, one per frame/image for InternVL): M-RoPE
-    treats each run as one grid. `kind` is IMAGE or VIDEO.
+    treats each run as one grid. `kind` is the media's token type as transformers'
+    mm_token_type_ids spells it (`Modality.token_type`: 1 image, 2 video).
     """
 
     kind: int
@@ -43,18 +43,17 @@ class MediaLayout:
     vt: VisionTokens
 
     @property
+    def modality(self) -> Modality:
+        """`kind` as a `Modality` (Modality.IMAGE or Modality.VIDEO)."""
+        return Modality.of_token_type(self.kind)
+
+    @property
     def num_units(self) -> int:
         return int(self.unit_starts.size)
 
     def unit_range(self, u: int) -> tuple[int, int]:
         s = int(self.unit_starts[u])
         return s, s + self.unit_tokens
-
-
-def _unit_tokens(vt: VisionTokens, family: str) -> int:
-    if family == "internvl":
-        return vt.vision // max(1, vt.grid[0])
-    return vt.grid[1] * vt.grid[2] // 4
 
 
 def render(
@@ -74,7 +73,7 @@ def render(
     """
     if not vt.parts:
         raise ValueError(f"{family} VisionTokens carries no template parts; rebuild it with a rule")
-    unit_tokens = _unit_tokens(vt, family)
+    unit_tokens = spec_of_family(family).unit_tokens(vt)
     chunks: list[np.ndarray] = []
     starts: list[int] = []
     runs: list[tuple[int, int, int]] = []

@@ -1,11 +1,11 @@
 """Template token ids from the user's tokenizer (or an explicit table) and text -> ids.
 
-The template parts of a rule (fcp_data.readers.rules_base.TemplatePart) name special tokens by
-role; each family spells them its own way: Qwen2/2.5/3-VL `<|vision_start|>`, `<|vision_end|>`,
-`<|video_pad|>` (151656 in Qwen's vocabulary), `<|image_pad|>`; InternVL `<img>`, `</img>`,
-`<IMG_CONTEXT>`. Ids are looked up in the tokenizer's vocabulary (added tokens included), so a
-tokenizer without one of them fails here, at loader construction, naming the token, instead of
-silently emitting unknown-token ids.
+The template parts of a rule (fcp_data.vision.families.TemplatePart) name special tokens by
+role; each family spells them its own way (`FamilySpec.tokens`): Qwen2/2.5/3-VL
+`<|vision_start|>`, `<|vision_end|>`, `<|video_pad|>` (151656 in Qwen's vocabulary),
+`<|image_pad|>`; InternVL `<img>`, `</img>`, `<IMG_CONTEXT>`. Ids are looked up in the
+tokenizer's vocabulary (added tokens included), so a tokenizer without one of them fails here,
+at loader construction, naming the token, instead of silently emitting unknown-token ids.
 """
 
 from __future__ import annotations
@@ -15,30 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from .families import TOKEN_STRINGS, family_of, family_spec, family_tokens
 
+# TOKEN_STRINGS and family_of live in the families registry; re-exported for old imports
 __all__ = ["TOKEN_STRINGS", "SpecialTokenIds", "TokenizerText", "family_of"]
-
-TOKEN_STRINGS: dict[str, dict[str, str]] = {
-    "qwen": {
-        "vision_start": "<|vision_start|>",
-        "vision_end": "<|vision_end|>",
-        "video_pad": "<|video_pad|>",
-        "image_pad": "<|image_pad|>",
-    },
-    "internvl": {"img_start": "<img>", "img_end": "</img>", "img_context": "<IMG_CONTEXT>"},
-}
-
-
-def family_of(rule_name: str) -> str:
-    """ "qwen" for qwen2-vl / qwen2.5-vl / qwen3-vl, "internvl" for internvl."""
-    if rule_name.startswith("qwen"):
-        return "qwen"
-    if rule_name == "internvl":
-        return "internvl"
-    raise ConfigError(
-        f"vision rule {rule_name!r} has no token template; "
-        "allowed: qwen2-vl, qwen2.5-vl, qwen3-vl, internvl"
-    )
 
 
 def _vocab(tokenizer: Any) -> Mapping[str, int]:
@@ -72,9 +52,7 @@ class SpecialTokenIds:
     ids: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        need = TOKEN_STRINGS.get(self.family)
-        if need is None:
-            raise ConfigError(f"family {self.family!r}; allowed: {', '.join(TOKEN_STRINGS)}")
+        need = family_tokens(self.family)
         missing = sorted(set(need) - set(self.ids))
         if missing:
             raise ConfigError(
@@ -85,10 +63,10 @@ class SpecialTokenIds:
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, rule_name: str) -> SpecialTokenIds:
         """Ids of the family's template tokens in the tokenizer's vocabulary; names any missing."""
-        family = family_of(rule_name)
+        spec = family_spec(rule_name)
         vocab = _vocab(tokenizer)
         ids, missing = {}, []
-        for role, text in TOKEN_STRINGS[family].items():
+        for role, text in spec.tokens:
             if text in vocab:
                 ids[role] = int(vocab[text])
             else:
@@ -100,7 +78,7 @@ class SpecialTokenIds:
                 "added tokens), add them with add_special_tokens, or pass "
                 "VisionOptions(token_ids=SpecialTokenIds(...))"
             )
-        return cls(family=family, ids=ids)
+        return cls(family=spec.family, ids=ids)
 
     def __getitem__(self, role: str) -> int:
         return int(self.ids[role])

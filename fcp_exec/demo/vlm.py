@@ -141,10 +141,10 @@ def train(args: argparse.Namespace) -> None:
     from tokenizers import Tokenizer
 
     from fcp_data.loader import FCPDataLoader, LoaderOptions
-    from fcp_data.planner import Cluster, CostModel, VisionWork
+    from fcp_data.planner import Cluster, CostModel
     from fcp_data.profiling import resolve_cost
     from fcp_data.readers import LengthIndex
-    from fcp_data.vision import VisionOptions
+    from fcp_data.vision import VisionOptions, vision_work_from_index
 
     from .. import CPGroupCache, ReplicaRanks, all_reduce_gradients, cp_context
     from ..hf import hf_attention_kwargs, hf_position_ids
@@ -163,7 +163,7 @@ def train(args: argparse.Namespace) -> None:
     index = LengthIndex.open(args.index or Path(args.out) / "index")
     # a sample longer than the whole cluster holds cannot be planned: leave it out
     src = CappedSource(index, min(args.max_tokens, world * args.tokens_per_replica))
-    units = VisionWork.from_index(src).units  # whole-video tubelets per (kept) sample
+    units = vision_work_from_index(src).units  # whole-video tubelets per (kept) sample
     model = tiny_qwen25_vl(tok, args.seed).to(dev)
     lm, visual = model.model.language_model, model.model.visual
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)

@@ -25,7 +25,10 @@ from fcp_data.planner import Cluster, CostModel, plan_global_batch
         ({"sample_timeout_s": True}, r"sample_timeout_s=True must be"),
         ({"pad_id": -1}, r"pad_id=-1 must be an integer >= 0 \(a token id\)"),
         ({"eod_id": 2.5}, r"eod_id=2.5 must be an integer >= 0"),
-        ({"decode_backend": "ffmpeg"}, r"decode_backend='ffmpeg'; allowed: 'pyav', 'decord'"),
+        (
+            {"decode_backend": "ffmpeg"},
+            r"decode_backend='ffmpeg'; allowed: 'auto', 'pyav', 'decord'",
+        ),
         ({"multiprocessing_context": "thread"}, r"multiprocessing_context='thread'; allowed"),
         ({"metrics_history": 0}, r"metrics_history=0 must be an integer >= 1"),
         ({"shuffle": "yes"}, r"shuffle='yes' must be True or False"),

@@ -26,6 +26,7 @@ from fcp_data.planner.vision_cost import (
 from fcp_data.planner.vision_presets import ENCODERS, estimate_vision_cost
 from fcp_data.readers import get_rule
 from fcp_data.readers.decode import groups_for_token_range
+from fcp_data.vision import vision_work_from_index, vision_work_from_media
 
 
 def brute_held(first: int, stride: int, m: int, units: int, seqlen: int, d: int) -> list[int]:
@@ -87,12 +88,12 @@ def test_group_time_is_the_busiest_members_sum_over_sequences():
     assert load.unit_s[1] == 0.0
 
 
-def test_from_media_matches_the_rules_and_the_readers_token_ranges():
+def test_work_from_media_matches_the_rules_and_the_readers_token_ranges():
     """Legacy layout (template tokens first): units against the readers' own token ranges."""
     for rule_name in ("qwen3-vl", "qwen2.5-vl", "internvl"):
         rule = get_rule(rule_name)
         frames, fps, w, h = np.array([300, 61]), np.array([30.0, 24.0]), [1280, 640], [720, 360]
-        work = VisionWork.from_media(
+        work = vision_work_from_media(
             modality=np.array([1, 1, 0]),
             num_frames=np.append(frames, 0),
             fps=np.append(fps, 0.0),
@@ -128,7 +129,7 @@ def test_template_layout_units_are_where_the_payload_renders_them():
     for rule_name in ("qwen3-vl", "qwen2.5-vl", "internvl"):
         rule = get_rule(rule_name)
         frames, fps = np.array([150, 2400, 45]), np.array([30.0, 30.0, 25.0])
-        work = VisionWork.from_media(
+        work = vision_work_from_media(
             modality=np.ones(3, np.int8), num_frames=frames, fps=fps,
             width=np.array([1280, 640, 320]), height=np.array([720, 360, 240]), rule=rule,
         )  # fmt: skip
@@ -392,7 +393,7 @@ def test_index_vision_work_counts_the_units_the_loader_decodes(tmp_path):
     config = ScanConfig(vision_rule="qwen3-vl")
     index = build_index([str(p) for p in shards], tmp_path / "idx", config=config,
                         counter=byte_ids)  # fmt: skip
-    work = VisionWork.from_index(index, layout="specials-first")  # SampleEncoder's layout
+    work = vision_work_from_index(index, layout="specials-first")  # SampleEncoder's layout
     video = np.flatnonzero(np.asarray(index.modality) == 1)
     assert video.size == 2 and np.all(work.units[video] > 0)
     assert np.all(work.units[np.asarray(index.modality) == 0] == 0)

@@ -11,7 +11,7 @@ from fcp_data.loader import FCPDataLoader, LoaderOptions
 from fcp_data.planner import Cluster, CostModel, VisionWork, plan_global_batch
 from fcp_data.readers import build_index
 from fcp_data.readers.scan import ScanConfig
-from fcp_data.vision import VisionOptions
+from fcp_data.vision import VisionOptions, vision_work_from_index
 
 
 class Spy:
@@ -49,7 +49,7 @@ def test_vision_work_reaches_the_planner_only_with_a_vision_cost(tmp_path, tok) 
     assert isinstance(work, VisionWork)
     # the same samples, in the batch's order: match them by length to the index
     order = [int(np.flatnonzero(index.seqlens == n)[0]) for n in call["seqlens"]]
-    want = VisionWork.from_index(index, np.asarray(order))
+    want = vision_work_from_index(index, np.asarray(order))
     np.testing.assert_array_equal(work.units, want.units)
     assert int(work.units.sum()) > 0 and set(work.units[np.asarray(order) == 2]) == {0}
     spy = Spy()
