@@ -32,12 +32,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
 import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -46,48 +45,27 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from remote_throughput import _Range
+
 __all__ = ["main"]
 
 RULE = "qwen2.5-vl"
 
 
-class _Delayed(BaseHTTPRequestHandler):
+class _Delayed(_Range):
     """Range-honouring file server: sleeps `server.delay_s` per request, counts GETs/bytes."""
 
-    protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_HEAD(self) -> None:
-        self._serve(head=True)
-
-    def do_GET(self) -> None:
-        self._serve(head=False)
-
     def _serve(self, *, head: bool) -> None:
+        time.sleep(self.server.delay_s)
+        super()._serve(head=head)
+
+    def answered(self, head: bool, nbytes: int) -> None:
         srv = self.server
-        time.sleep(srv.delay_s)
-        path = srv.root / self.path.lstrip("/")
-        size = path.stat().st_size
-        m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
-        start, end = (int(m.group(1)), int(m.group(2) or size - 1) + 1) if m else (0, size)
-        end = min(end, size)
         with srv.lock:
             srv.counts["head" if head else "get"] += 1
-            srv.counts["bytes"] += 0 if head else end - start
-        self.send_response(206 if m else 200)
-        self.send_header("Content-Length", str(end - start))
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{size:x}-{path.stat().st_mtime_ns:x}"')
-        if m:
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
-        self.end_headers()
-        if not head:
-            with open(path, "rb") as f:
-                f.seek(start)
-                self.wfile.write(f.read(end - start))
+            srv.counts["bytes"] += 0 if head else nbytes
 
 
 class _Server(ThreadingHTTPServer):

@@ -42,12 +42,16 @@ class _Range(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._serve(head=False)
 
+    def answered(self, head: bool, nbytes: int) -> None:
+        """Called once per request before the answer (a subclass counts requests here)."""
+
     def _serve(self, *, head: bool) -> None:
-        path = self.root / self.path.lstrip("/")
+        path = getattr(self.server, "root", self.root) / self.path.lstrip("/")
         size = path.stat().st_size
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
         start, end = (int(m.group(1)), int(m.group(2) or size - 1) + 1) if m else (0, size)
         end = min(end, size)
+        self.answered(head, end - start)
         self.send_response(206 if m else 200)
         self.send_header("Content-Length", str(end - start))
         self.send_header("Accept-Ranges", "bytes")

@@ -171,7 +171,8 @@ def train(args: argparse.Namespace) -> None:
         src, replica=rank, global_batch_size=args.global_batch, seed=args.seed, num_workers=0,
         cluster=Cluster(world, tokens_per_replica=args.tokens_per_replica),
         cost=CostModel.load(resolve_cost(args.cost)), tokenizer=tok,
-        options=LoaderOptions(vision=VisionOptions(tokens_per_second=2)),
+        options=LoaderOptions(vision=VisionOptions(tokens_per_second=2),
+                              decode_backend=args.decode_backend),
     )  # fmt: skip
     cache = CPGroupCache(ReplicaRanks(world_size=world), capacity=64)
     done = 0  # steps of the run --resume continues
@@ -248,6 +249,8 @@ def train(args: argparse.Namespace) -> None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
+    from fcp_data.vision.decode import BACKENDS
+
     p = argparse.ArgumentParser(prog="python -m fcp_exec.demo.vlm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--replicas", type=int, default=4, help="local processes (without torchrun)")
@@ -271,6 +274,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint", help="directory to save model, optimizer and loader state in")
     p.add_argument("--resume", help="directory of a --checkpoint to continue from")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument(
+        "--decode-backend",
+        default="auto",
+        choices=BACKENDS,
+        help="video decoder of the loader (default: the fastest that loads)",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="launcher deadline (seconds)")
     args = p.parse_args(argv)
     if (args.index is None) != (args.tokenizer is None):
