@@ -24,6 +24,7 @@ import numpy as np
 from ..optional import require
 from .decode import decode_video_frames
 from .decode.errors import size_mismatch_message
+from .families.internvl import IMAGE_SIZE
 
 __all__ = [
     "check_media_size",
@@ -102,7 +103,13 @@ def resize_image(im: object, size: tuple[int, int]) -> np.ndarray:
 
 
 def internvl_tiles(
-    im: object, *, rows: int, cols: int, thumbnail: bool, tiles: Sequence[int], side: int = 448
+    im: object,
+    *,
+    rows: int,
+    cols: int,
+    thumbnail: bool,
+    tiles: Sequence[int],
+    side: int = IMAGE_SIZE,
 ) -> np.ndarray:
     """uint8 (len(tiles), side, side, 3): tiles of InternVL's dynamic_preprocess, by index.
 
