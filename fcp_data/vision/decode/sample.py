@@ -32,7 +32,7 @@ def decode_frames(
     indices: Sequence[int],
     resized: tuple[int, int],
     *,
-    backend: str = "pyav",
+    backend: str = "auto",
     device: str = "cpu",
     key: str = "?",
     shard: str = "?",
@@ -41,12 +41,13 @@ def decode_frames(
 ) -> torch.Tensor:
     """Frames `indices` of encoded video `data`, resized to (H, W): uint8 tensor (T, H, W, 3).
 
-    `backend`: "auto", "pyav" (default: the behaviour this function always had), "decord",
-    "torchcodec" (see fcp_data.vision.decode.backends). Raises SampleError(shard, key,
-    reason) when the video does not open, a frame fails to decode, or it has fewer frames than
-    the highest index; `key` and `shard` only name it. `native` (height, width): the size the
-    index counted; frames of another size raise (they would be stretched to a resize computed
-    for the wrong aspect). A missing backend raises MissingDependencyError.
+    `backend`: "auto" (default, as on every path: torchcodec where it loads, else PyAV),
+    "pyav", "decord", "torchcodec" (see fcp_data.vision.decode.backends). Raises
+    SampleError(shard, key, reason) when the video does not open, a frame fails to decode, or
+    it has fewer frames than the highest index; `key` and `shard` only name it. `native`
+    (height, width): the size the index counted; frames of another size raise (they would be
+    stretched to a resize computed for the wrong aspect). A missing backend raises
+    MissingDependencyError.
     """
     import torch  # here, not at import: importing the decoder costs no torch start-up
 
@@ -89,7 +90,7 @@ def decode_sample_video(
     height: int,
     width: int,
     token_range: tuple[int, int] | None = None,
-    backend: str = "pyav",
+    backend: str = "auto",
     key: str = "?",
     shard: str = "?",
 ) -> torch.Tensor:
@@ -112,7 +113,7 @@ def decode_index_video(
     *,
     rule: VisionTokenRule | None = None,
     token_range: tuple[int, int] | None = None,
-    backend: str = "pyav",
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Frames of video sample i of `index` (a LengthIndex), under the rule it was built with.
 
