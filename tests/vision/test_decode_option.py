@@ -128,3 +128,39 @@ def test_a_text_corpus_needs_no_decoder(tmp_path, tok, cost, monkeypatch) -> Non
 def test_bad_decode_options_are_named(backend, device, match) -> None:
     with pytest.raises(ConfigError, match=match):
         LoaderOptions(decode_backend=backend, decode_device=device)
+
+
+def _bad_clips() -> list[dict]:
+    wide = video_sample("wide", 20, 96, 64, 10, seed=1)  # really 96x64, sidecar says 192x64
+    wide["json"] = wide["json"].replace(b'"width": 96', b'"width": 192')
+    short = video_sample("short", 20, 64, 48, 10, seed=2)  # 20 frames, sidecar says 60
+    short["json"] = short["json"].replace(b'"num_frames": 20', b'"num_frames": 60')
+    return [wide, short, {"__key__": "t0", "txt": b"the cat sits on the mat"}]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_bad_clips_are_the_same_counted_skips_on_every_backend(tmp_path, tok, cost, path) -> None:
+    """Another size than indexed and fewer frames than indexed: a skip naming the key, with
+    the same reason whichever library decoded it (the messages are built in one place)."""
+    backends = ["pyav"] + (["decord"] if _loads("decord") else [])
+    index = _index(tmp_path, tok, "qwen2.5-vl", _bad_clips())
+    cap = int(index.seqlens.sum()) + 64
+    reasons = {}
+    for backend in backends:
+        (mbs,) = _run(index, tok, cost, 1, cap, on_error="skip", decode_backend=backend,
+                      **PATHS[path])  # fmt: skip
+        skipped = dict(kv for mb in mbs for kv in mb.skipped)
+        assert set(skipped) == {"wide", "short"}, skipped
+        assert "stretched" in skipped["wide"] and "192x64" in skipped["wide"]
+        assert "20 decodable frames" in skipped["short"] and "over-reports" in skipped["short"]
+        assert sum(mb.num_loss_tokens for mb in mbs) > 0  # the text sample still trains
+        reasons[backend] = {k: r.replace(backend, "<backend>") for k, r in skipped.items()}
+    assert all(r == reasons["pyav"] for r in reasons.values()), reasons
+
+
+def _loads(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
