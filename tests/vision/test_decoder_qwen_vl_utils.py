@@ -5,20 +5,19 @@ frame rate.
 qwen-vl-utils samples `smart_nframes(...)` frames at `linspace(0, total - 1, n).round()` and
 decodes the whole video on every rank; fcp's members decode only the GOPs holding their
 tubelets. The indices here come from qwen-vl-utils itself (its pure functions, imported with an
-empty torchvision stand-in: torchvision has no build for this CPU torch), split into the
+empty torchvision stand-in: `vision_helpers.qwen_vl_utils_vision_process`), split into the
 zigzag chunks of every member of d = 2, 3, 4.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import types
 
 import numpy as np
 import pytest
 import torch
 from test_decoder import CLIPS, FPS, H, N, W, _held_chunks, clips  # noqa: F401 (fixture)
+from vision_helpers import qwen_vl_utils_vision_process
 
 from fcp_data.vision.decode import DecodeStats, decode_video_frames
 from fcp_data.vision.families import get_rule
@@ -26,23 +25,7 @@ from fcp_data.vision.families import get_rule
 
 @pytest.fixture(scope="module")
 def vp() -> types.ModuleType:
-    if importlib.util.find_spec("qwen_vl_utils") is None:  # the hf extra brings it
-        pytest.skip("qwen-vl-utils is not installed")
-    stub = types.ModuleType("torchvision")
-    stub.io = types.ModuleType("torchvision.io")
-    stub.transforms = types.ModuleType("torchvision.transforms")
-    stub.transforms.InterpolationMode = object
-    saved = {k: sys.modules.get(k) for k in ("torchvision", "torchvision.transforms")}
-    sys.modules.update({"torchvision": stub, "torchvision.transforms": stub.transforms})
-    try:
-        import qwen_vl_utils.vision_process as module
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-    return module
+    return qwen_vl_utils_vision_process()
 
 
 @pytest.mark.parametrize("clip", list(CLIPS))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from vision_helpers import png
+from vision_helpers import png, qwen_vl_utils_vision_process
 
 from fcp_data.collate import pack_shard
 from fcp_data.readers import get_rule
@@ -204,25 +204,7 @@ def test_internvl_tiles_reassemble_to_the_hf_processor_output(tok) -> None:
 
 
 def test_frame_indices_equal_qwen_vl_utils() -> None:
-    import sys
-    import types
-
-    # qwen_vl_utils imports torchvision at module level, which has no build for this CPU torch;
-    # an empty stand-in lets us import its pure functions (smart_nframes, smart_resize) only.
-    stub = types.ModuleType("torchvision")
-    stub.io = types.ModuleType("torchvision.io")
-    stub.transforms = types.ModuleType("torchvision.transforms")
-    stub.transforms.InterpolationMode = object
-    saved = {k: sys.modules.get(k) for k in ("torchvision", "torchvision.transforms")}
-    sys.modules.update({"torchvision": stub, "torchvision.transforms": stub.transforms})
-    try:
-        import qwen_vl_utils.vision_process as vp
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
+    vp = qwen_vl_utils_vision_process()
     checked = 0
     for name, patch in (("qwen2.5-vl", 14), ("qwen3-vl", 16)):
         rule = get_rule(name)

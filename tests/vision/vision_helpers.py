@@ -102,3 +102,31 @@ def video_sample(key: str, frames: int, w: int, h: int, fps: int, seed: int, **s
         "mp4": encode_video(frames, w, h, fps, seed=seed),
         "json": json.dumps({**meta, "caption": f"the video {key} shows a cat"}).encode(),
     }
+
+
+def qwen_vl_utils_vision_process() -> Any:
+    """qwen-vl-utils' `vision_process` module, for its pure functions (smart_nframes,
+    smart_resize) as an oracle.
+
+    qwen_vl_utils imports torchvision at module level, which has no build for this CPU torch;
+    an empty stand-in is put in sys.modules for the import only, then the previous entries are
+    restored.
+    """
+    import sys
+    import types
+
+    stub = types.ModuleType("torchvision")
+    stub.io = types.ModuleType("torchvision.io")
+    stub.transforms = types.ModuleType("torchvision.transforms")
+    stub.transforms.InterpolationMode = object
+    saved = {k: sys.modules.get(k) for k in ("torchvision", "torchvision.transforms")}
+    sys.modules.update({"torchvision": stub, "torchvision.transforms": stub.transforms})
+    try:
+        import qwen_vl_utils.vision_process as vp
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return vp
