@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import torch.distributed as dist
 
 from fcp_exec.groups import CPGroupCache, wave_specs
+from fcp_exec.runtime import ExecRuntime
 from fcp_exec.verify import DEFAULT_VERIFY_TIMEOUT_S, RingFingerprint, verify_ring
 
 if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
@@ -67,6 +68,9 @@ class CPBinding:
     For a wave the replica sits out, members is this rank alone (a placeholder runs at degree
     1) and group is None. megatron's get_context_parallel_rank() is group.rank(), the position
     in sorted global-rank order; the two agree when the plan lists replicas in ascending order.
+    ring_group is the process group the ring's P2P runs on (the CP group for u = 1, the r-ring's
+    own group for 1 < u < d, None for a ring of one); runtime the job's `ExecRuntime` (kernel
+    choice, communication streams; None: chosen per micro-batch, no streams).
     """
 
     rank_plan: RankPlan | None
@@ -78,6 +82,8 @@ class CPBinding:
     ring_ranks: tuple[int, ...] = ()
     a2a_ranks: tuple[int, ...] = ()
     a2a_group: dist.ProcessGroup | None = None
+    ring_group: dist.ProcessGroup | None = None
+    runtime: ExecRuntime | None = None
 
     @property
     def degree(self) -> int:
@@ -111,6 +117,8 @@ class CPBinding:
         a2a_group: dist.ProcessGroup | None = None,
         rank_plan: RankPlan | None = None,
         tp_cp_group: dist.ProcessGroup | None = None,
+        ring_group: dist.ProcessGroup | None = None,
+        runtime: ExecRuntime | None = None,
     ) -> CPBinding:
         """A binding from ring-ordered members (what cp_context builds; tests and benches
         without a plan use it directly). ValueError when u does not divide the degree."""
@@ -120,11 +128,13 @@ class CPBinding:
         if not 0 <= index < d:
             raise ValueError(f"index={index} outside the group of {d} members {members}")
         j, m = divmod(index, ulysses)
+        if ring_group is None and ulysses == 1:
+            ring_group = group
         return cls(
             rank_plan, members, index, group, tp_cp_group, ulysses,
             ring_ranks=members[m::ulysses],
             a2a_ranks=members[j * ulysses : (j + 1) * ulysses],
-            a2a_group=a2a_group,
+            a2a_group=a2a_group, ring_group=ring_group, runtime=runtime,
         )  # fmt: skip
 
 
@@ -173,7 +183,7 @@ def cp_context(
         groups.prepare(wave_specs(wave_groups, wave_ulysses))
     rank = dist.get_rank() if dist.is_initialized() else 0
     if rank_plan.is_empty:  # a placeholder (or empty) micro-batch: degree 1, this rank alone
-        yield CPBinding.of((rank,), 0, rank_plan=rank_plan)
+        yield CPBinding.of((rank,), 0, rank_plan=rank_plan, runtime=groups.runtime)
         return
     if len(rank_plan.group_replicas) != rank_plan.degree:
         raise ValueError(
@@ -198,15 +208,18 @@ def cp_context(
     j = index // u
     try:
         a2a = groups.get(ring[j * u : (j + 1) * u]) if u > 1 else None
+        r_ring = ring[index % u :: u]
+        ring_group = groups.get(r_ring) if 1 < u < len(ring) else None
     except LookupError as e:  # every member of the group misses it alike: no one waits
         raise LookupError(
-            f"{e}. This group runs u={u}: its all-to-all blocks are created when the cache is "
+            f"{e}. This group runs u={u}: its all-to-all blocks and r-rings are created when the "
+            "cache is "
             "prepared with the wave's transports: cp_context(..., wave_groups=mb.wave_groups, "
             "wave_ulysses=mb.wave_ulysses), or prepare_plan(plan), not bare replica tuples"
         ) from None
     binding = CPBinding.of(
         ring, index, ulysses=u, group=group, a2a_group=a2a, rank_plan=rank_plan,
-        tp_cp_group=tp_cp,
+        tp_cp_group=tp_cp, ring_group=ring_group, runtime=groups.runtime,
     )  # fmt: skip
     ps = _parallel_state()
     if ps is None:

@@ -14,12 +14,13 @@ Creating a gloo group of 2-5 ranks costs a few ms on one host; a cache hit is a 
 Under TP x PP a ring needs TP x PP CP groups plus PP TP x CP groups, so one global batch at
 TP = 8 can need ~100 groups. A group with the hybrid transport u x r (`CPGroup.ulysses` = u > 1)
 also needs its r all-to-all blocks of u members at every (tp_rank, pp_rank): r x TP x PP more
-(for u = d the block is the CP group itself, so none). `prepare_plan` pins every group of the
-batch (and `prepare` those of the wave in flight): eviction only ever takes groups of earlier
-batches, so a group is never destroyed between its creation and its use. Under megatron's
-pipeline schedule all groups of a batch must exist before the schedule runs (creating one inside
-a stage's forward deadlocks the stages that are waiting in send/recv), which is what
-`prepare_plan` is for.
+(for u = d the block is the CP group itself, so none), and, for 1 < u < d, its u rings of r
+members (the ring's P2P runs on the ring's own group, never the world's): u x TP x PP more.
+`prepare_plan` pins every group of the batch (and `prepare` those of the wave in flight):
+eviction only ever takes groups of earlier batches, so a group is never destroyed between its
+creation and its use. Under megatron's pipeline schedule all groups of a batch must exist before
+the schedule runs (creating one inside a stage's forward deadlocks the stages that are waiting
+in send/recv), which is what `prepare_plan` is for.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 
 from fcp_data.errors import ConfigError
+from fcp_exec.runtime import ExecRuntime
 
 if TYPE_CHECKING:  # the planner package costs ~2 s to import (numba); types only
     from fcp_data.planner.plan import Plan
@@ -92,9 +94,10 @@ class ReplicaRanks:
         )
 
     def all_rank_sets(self, replicas: Sequence[int], ulysses: int = 1) -> list[tuple[int, ...]]:
-        """Every CP, TP x CP and (u > 1) all-to-all block rank tuple of a group, in a fixed
-        order (for collective creation). Block j is ring positions j*u .. j*u+u-1 at every
-        (tp_rank, pp_rank): r blocks per TP x PP position, none when u = 1."""
+        """Every CP, TP x CP and (u > 1) all-to-all block and r-ring rank tuple of a group, in a
+        fixed order (for collective creation). Block j is ring positions j*u .. j*u+u-1 at
+        every (tp_rank, pp_rank): r blocks per TP x PP position, none when u = 1; ring m is
+        positions m, m+u, ...: u rings per position when 1 < u < d (their P2P runs on them)."""
         if ulysses < 1 or len(replicas) % ulysses:
             raise ConfigError(
                 f"ulysses={ulysses} does not divide the degree {len(replicas)} of group "
@@ -111,6 +114,10 @@ class ReplicaRanks:
                     for j in range(0, len(replicas), ulysses):
                         block = replicas[j : j + ulysses]
                         out.append(tuple(self.global_rank(r, t, pp) for r in block))
+            if 1 < ulysses < len(replicas):  # the r-rings carry the ring's P2P
+                for t in range(self.tensor_parallel):
+                    for m in range(ulysses):
+                        out.append(tuple(self.global_rank(r, t, pp) for r in replicas[m::ulysses]))
         return out
 
 
@@ -152,12 +159,18 @@ class CPGroupCache:
     communicators: NCCL keeps buffers per communicator (tens of MB each). None (the default)
     keeps up to 64 groups of earlier batches and grows past that to hold every group of the
     batch in flight; an explicit capacity is a hard bound, and a batch that needs more raises
-    ConfigError before any of its groups is used. `created` and `create_seconds` record what
-    switching cost.
+    ConfigError before any of its groups is used. `stats()` reports live communicators (now
+    and peak), what was created and evicted, and what creating them cost. `runtime` is the
+    job's `ExecRuntime` (kernel choice, communication streams) that `cp_context` hands on.
     """
 
     def __init__(
-        self, ranks: ReplicaRanks, *, capacity: int | None = None, backend: str | None = None
+        self,
+        ranks: ReplicaRanks,
+        *,
+        capacity: int | None = None,
+        backend: str | None = None,
+        runtime: ExecRuntime | None = None,
     ):
         if capacity is not None and (isinstance(capacity, bool) or capacity < 1):
             raise ConfigError(f"capacity={capacity!r}: the cache must hold at least one group")
@@ -171,9 +184,23 @@ class CPGroupCache:
         self.created = 0
         self.evicted = 0
         self.create_seconds = 0.0
+        self.peak_live = 0
+        self.runtime = runtime if runtime is not None else ExecRuntime()
 
     def __len__(self) -> int:
         return len(self._groups)
+
+    def stats(self) -> dict[str, float]:
+        """Live communicators now and at most so far (the bound: `capacity`, else 64 plus the
+        batch in flight), groups created and evicted, seconds spent creating them."""
+        return {
+            "live": len(self._groups),
+            "peak_live": self.peak_live,
+            "capacity": self.capacity if self.capacity is not None else 64,
+            "created": self.created,
+            "evicted": self.evicted,
+            "create_seconds": self.create_seconds,
+        }
 
     def __contains__(self, ranks: Sequence[int]) -> bool:
         return tuple(sorted(ranks)) in self._groups
@@ -300,6 +327,7 @@ class CPGroupCache:
         self.create_seconds += time.perf_counter() - start
         self.created += 1
         self._groups[key] = group
+        self.peak_live = max(self.peak_live, len(self._groups))
         bound = 64 if self.capacity is None else self.capacity
         pins = self._plan_pins | self._wave_pins
         while len(self._groups) > bound:

@@ -30,6 +30,7 @@ import torch
 
 from fcp_data.errors import ConfigError, ExecError
 from fcp_exec.attention import ring_attention
+from fcp_exec.layout import ShardLayout
 from fcp_exec.transport import cp_attention
 
 __all__ = [
@@ -82,11 +83,13 @@ def fcp_ring_attention_forward(
         )
     q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))  # [T, H, D]
     cu_p, causal = kwargs["fcp_cu_seqlens_padded"], kwargs.get("fcp_causal", True)
+    layout = kwargs.get("fcp_layout")  # built once per micro-batch: no host sync per layer
     if binding is not None:  # the bound transport: ring (u = 1) or hybrid u x r
         out = cp_attention(q, k, v, cu, cu_p, binding=binding, causal=causal,
-                           softmax_scale=scaling)  # fmt: skip
+                           softmax_scale=scaling, layout=layout)  # fmt: skip
     else:  # an explicit ring from older callers (u = 1 by construction)
-        out = ring_attention(q, k, v, cu, cu_p, ring=ring, causal=causal, softmax_scale=scaling)
+        out = ring_attention(q, k, v, cu, cu_p, ring=ring, causal=causal, softmax_scale=scaling,
+                             layout=layout)  # fmt: skip
     return out[None], None
 
 
@@ -109,7 +112,9 @@ def hf_attention_kwargs(mb: Any, binding: Any) -> dict[str, Any]:
 
     mb: the MicroBatch; binding: what `cp_context` yielded (`fcp_binding`: the attention runs
     `cp_attention` on it, ring or hybrid u x r; `fcp_ring` is kept for u = 1 only). cu_seq_lens_*
-    are the unsharded sequences' offsets, as transformers' flash-attention varlen path names them.
+    are the unsharded sequences' offsets, as transformers' flash-attention varlen path names them;
+    `fcp_layout` is the micro-batch's `ShardLayout` from its host offsets, which every layer
+    shares (its device schedule is built on the first layer), so no layer syncs the host.
     """
     if mb.is_empty:
         raise ExecError(
@@ -131,6 +136,7 @@ def hf_attention_kwargs(mb: Any, binding: Any) -> dict[str, Any]:
         "fcp_cu_seqlens_padded": mb.cu_seqlens_padded.to(torch.int32),
         "fcp_causal": tuple(bool(c) for c in mb.causal),
         "fcp_binding": binding,
+        "fcp_layout": ShardLayout.of(mb),
         **({"fcp_ring": members} if binding.ulysses == 1 else {}),
     }
 

@@ -24,12 +24,14 @@ Full-attention sequences take every real query against every real key at every s
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from fcp_data import layout as contract
+from fcp_exec.schedule import RingSchedule, build_schedule
 
 __all__ = ["Block", "ShardLayout", "local_token_index", "step_blocks"]
 
@@ -57,9 +59,13 @@ def _as_list(name: str, t: torch.Tensor | Sequence[int]) -> list[int]:
 class ShardLayout:
     """Where each sequence of a pack sits in one member's local shard.
 
-    Built once per micro-batch (it reads cu_seqlens to the host: one small copy) and validated
-    against the layout so that a wrong pack fails here with the offending value, not as a hang
-    or a silent wrong gradient inside the ring.
+    Built once per micro-batch from host data (`hf_attention_kwargs`, `packed_seq_params` and
+    the loader's `MicroBatch` keep the offsets on the host; building from device tensors reads
+    them back, one host sync) and validated so that a wrong pack fails here with the offending
+    value, not as a hang or a silent wrong gradient inside the ring. Every layer then passes
+    the same object: the device-side schedule of each member (`schedule`) and other per-batch
+    tensors (`cached`) are built on first use and reused, forward and backward, so no layer
+    reads from or copies to the device for its layout.
     """
 
     degree: int
@@ -68,6 +74,7 @@ class ShardLayout:
     causal: tuple[bool, ...]
     local_offsets: tuple[int, ...]  # start of each sequence in the local shard
     num_local_tokens: int
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(
@@ -120,10 +127,47 @@ class ShardLayout:
             num_local_tokens=cup[-1] // degree,
         )
 
+    @classmethod
+    def of(cls, mb: Any) -> ShardLayout:
+        """The layout of a loader `MicroBatch` from its host offsets (no device read, also
+        after `mb.to(device)`): what `hf_attention_kwargs` and `packed_seq_params` carry."""
+        cu, cup = mb.host_offsets()
+        return cls.build(cu, cup, max(int(mb.degree), 1), tuple(bool(c) for c in mb.causal))
+
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        """`build()` once per key for this micro-batch (device tensors derived from it)."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def schedule(self, index: int, device: torch.device | str) -> RingSchedule:
+        """The `fcp_exec.schedule.RingSchedule` of member `index` on `device` (built once)."""
+        device = torch.device(device)
+        return self.cached(
+            ("ring", index, device),
+            lambda: build_schedule(
+                self.seqlens, self.padded, self.causal, self.degree, index, device
+            ),
+        )
+
+    def with_degree(self, degree: int) -> ShardLayout:
+        """The same sequences in the layout of another degree (the r-ring of a hybrid u x r),
+        cached on this layout."""
+        return self.cached(
+            ("degree", degree),
+            lambda: ShardLayout.build(
+                _cumsum(self.seqlens), _cumsum(self.padded), degree, self.causal
+            ),
+        )
+
     def real_in_chunk(self, seq: int, chunk: int) -> int:
         """Real (non-padding) tokens of chunk `chunk` (of 2d) of sequence `seq`."""
         c = self.padded[seq] // contract.num_chunks(self.degree)
         return max(0, min(c, self.seqlens[seq] - chunk * c))
+
+
+def _cumsum(lengths: Sequence[int]) -> list[int]:
+    return [0, *itertools.accumulate(lengths)]
 
 
 def step_blocks(layout: ShardLayout, me: int, src: int) -> list[Block]:

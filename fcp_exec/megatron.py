@@ -33,6 +33,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from fcp_exec.attention import ring_attention
 from fcp_exec.context import FCP_BINDING_ATTR
+from fcp_exec.layout import ShardLayout
 from fcp_exec.transport import cp_attention
 
 if TYPE_CHECKING:
@@ -86,9 +87,11 @@ def fcp_process_groups() -> ProcessGroupCollection:
 
 @dataclass
 class FCPPackedSeqParams(PackedSeqParams):
-    """PackedSeqParams plus one causal flag per sequence (mixed causal / bidirectional packs)."""
+    """PackedSeqParams plus one causal flag per sequence (mixed causal / bidirectional packs)
+    and the micro-batch's `ShardLayout` (host offsets: no layer reads the device for them)."""
 
     causal: tuple[bool, ...] | None = None
+    fcp_layout: ShardLayout | None = None
 
 
 def packed_seq_params(
@@ -103,6 +106,7 @@ def packed_seq_params(
     """
     return FCPPackedSeqParams(
         causal=mb.causal,
+        fcp_layout=ShardLayout.of(mb),
         qkv_format="thd",
         cu_seqlens_q=mb.cu_seqlens,
         cu_seqlens_kv=mb.cu_seqlens,
@@ -315,8 +319,10 @@ class FCPCoreAttention(MegatronModule):
             raise ValueError("FCPCoreAttention does not support attention_bias (got a tensor)")
         mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
         causal: Any = None
+        layout: ShardLayout | None = None
         if isinstance(packed_seq_params, FCPPackedSeqParams):
             causal = packed_seq_params.causal
+            layout = packed_seq_params.fcp_layout
         if causal is None:
             causal = mask_type in (AttnMaskType.causal, AttnMaskType.padding_causal)
         cu = packed_seq_params.cu_seqlens_q
@@ -328,11 +334,12 @@ class FCPCoreAttention(MegatronModule):
         if binding is not None and list(binding.members) == list(ring):
             out = cp_attention(  # what cp_context bound: ring or hybrid u x r
                 query, key, value, cu, cu_padded, binding=binding, causal=causal,
-                softmax_scale=self.softmax_scale,
+                softmax_scale=self.softmax_scale, layout=layout,
             )  # fmt: skip
         else:  # CP groups set without cp_context: a ring over megatron's CP ranks
             out = ring_attention(
                 query, key, value, cu, cu_padded, ring=ring, causal=causal,
-                softmax_scale=self.softmax_scale,
+                softmax_scale=self.softmax_scale, layout=layout,
+                group=parallel_state.get_context_parallel_group(check_initialized=False),
             )  # fmt: skip
         return out.reshape(out.shape[0], -1)

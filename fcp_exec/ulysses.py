@@ -133,34 +133,38 @@ def hybrid_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    cu_seqlens: torch.Tensor | Sequence[int],
-    cu_seqlens_padded: torch.Tensor | Sequence[int],
     *,
+    layout: ShardLayout,
     a2a: A2AComm,
     ring: RingComm,
-    causal: bool | Sequence[bool] | torch.Tensor,
     scale: float,
     kernel: AttentionKernel,
 ) -> torch.Tensor:
     """Exact attention of this member's d-layout shard through the u x r transport.
 
-    q [T, H, D], k/v [T, H_kv, D] (already validated by `cp_attention`); a2a: the block of u
-    members in block order; ring: the r members with this member's block position, in block
-    order. Returns [T, H, D] in q's dtype (padding rows 0, zero gradients)."""
+    q [T, H, D], k/v [T, H_kv, D] (already validated by `cp_attention`); layout: the
+    micro-batch's degree-d layout (its degree-r twin, the token permutation and the ring
+    schedule are built on the first layer and cached on it: no host work or device read per
+    layer); a2a: the block of u members in block order; ring: the r members with this member's
+    block position, in block order. Returns [T, H, D] in q's dtype (padding rows 0, zero
+    gradients)."""
     u, r = a2a.size, ring.size
     d = u * r
     t, heads, dim = q.shape
     kvm = check_heads(heads, k.shape[1], u)
-    layout_d = ShardLayout.build(cu_seqlens, cu_seqlens_padded, d, causal)  # 2d | padded
-    if layout_d.num_local_tokens != t:
+    if layout.degree != d or layout.num_local_tokens != t:
         raise ValueError(
-            f"q has {t} tokens but cu_seqlens_padded[-1] / degree {d} = "
-            f"{layout_d.num_local_tokens}: pass this rank's shard of the degree-{d} layout"
+            f"q has {t} tokens at degree {d} but the layout is for degree {layout.degree} with "
+            f"{layout.num_local_tokens} local tokens: pass this rank's shard of the degree-{d} "
+            "layout"
         )
-    layout_r = ShardLayout.build(cu_seqlens, cu_seqlens_padded, r, causal)
-    perm = block_token_index(cu_seqlens_padded, d, u).to(q.device)
+    layout_r = layout.with_degree(r)
+    device = q.device
+    perm = layout.cached(("perm", u, device), lambda: _device_index(
+        block_token_index(_cumsum(layout.padded), d, u), device))  # fmt: skip
     if kvm * u != k.shape[1]:  # replicate: member m reads K/V head m // (u / H_kv)
-        rep = torch.arange(u, device=k.device) // (u // k.shape[1])
+        rep = layout.cached(("rep", u, k.shape[1], device), lambda: _device_index(
+            torch.arange(u) // (u // k.shape[1]), device))  # fmt: skip
         k, v = k.index_select(1, rep), v.index_select(1, rep)
     hq = heads // u
     qkv = torch.cat([x.reshape(t, u, -1, dim) for x in (q, k, v)], dim=2).reshape(
@@ -168,5 +172,19 @@ def hybrid_attention(
     )
     local = _SeqToHead.apply(qkv, a2a, perm)
     q_r, k_r, v_r = (p.contiguous() for p in local.split([hq, kvm, kvm], dim=1))
-    out_r = _RingAttention.apply(q_r, k_r, v_r, layout_r, ring, kernel, scale)
+    sched = layout_r.schedule(ring.index, device)
+    out_r = _RingAttention.apply(q_r, k_r, v_r, sched, ring, kernel, scale)
     return _HeadToSeq.apply(out_r, a2a, perm)
+
+
+def _cumsum(lengths: Sequence[int]) -> list[int]:
+    return [0, *itertools.accumulate(lengths)]
+
+
+def _device_index(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host index on the device without a host sync (pinned, non-blocking on CUDA)."""
+    if device.type == "cpu":
+        return host
+    if device.type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)

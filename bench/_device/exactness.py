@@ -22,8 +22,8 @@ import torch
 
 from fcp_exec import ring_attention
 from fcp_exec.a2a import A2AComm
-from fcp_exec.kernels import select_kernel
-from fcp_exec.layout import local_token_index
+from fcp_exec.kernels import AttentionKernel, TorchMathKernel, select_kernel
+from fcp_exec.layout import ShardLayout, local_token_index
 from fcp_exec.ring import RingComm
 from fcp_exec.ulysses import hybrid_attention
 
@@ -129,6 +129,17 @@ def reference(case: Case, x: dict[str, Any], scale: float) -> dict[str, torch.Te
     return {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
+def case_kernel(case: Case, device: torch.device, ulysses: int = 1) -> AttentionKernel:
+    """The kernel a case runs: the device's choice, or explicit scores for fp32 on CUDA (the
+    flash kernels run fp16/bf16 only; the cases' blocks are small)."""
+    dtype = getattr(torch, case.dtype)
+    if device.type == "cuda" and dtype == torch.float32:
+        return TorchMathKernel()
+    kv = max(case.kv_heads // ulysses, 1)
+    return select_kernel(device, dtype=dtype, head_dim=case.head_dim,
+                         heads=case.heads // ulysses, kv_heads=kv)  # fmt: skip
+
+
 def run_case(
     case: Case, comm: RingComm, device: torch.device, a2a: A2AComm | None = None
 ) -> torch.Tensor:
@@ -139,13 +150,14 @@ def run_case(
     pos = comm.index if a2a is None else comm.index * a2a.size + a2a.index
     idx = local_token_index(x["cu_padded"], case.degree, pos).to(device)
     q, k, v = (x[n][idx].clone().requires_grad_() for n in ("q", "k", "v"))
+    layout = ShardLayout.build(x["cu"], x["cu_padded"], case.degree, case.causal_flags())
+    u = 1 if a2a is None else a2a.size
+    kernel = case_kernel(case, device, u)
     if a2a is None:
-        out = ring_attention(q, k, v, x["cu"], x["cu_padded"], ring=comm,
-                             causal=case.causal_flags())  # fmt: skip
+        out = ring_attention(q, k, v, ring=comm, layout=layout, kernel=kernel)
     else:
-        out = hybrid_attention(q, k, v, x["cu"], x["cu_padded"], a2a=a2a, ring=comm,
-                               causal=case.causal_flags(), scale=1.0 / math.sqrt(case.head_dim),
-                               kernel=select_kernel(device))  # fmt: skip
+        out = hybrid_attention(q, k, v, layout=layout, a2a=a2a, ring=comm,
+                               scale=1.0 / math.sqrt(case.head_dim), kernel=kernel)  # fmt: skip
     out.backward(x["do"][idx])
     ref = reference(case, x, 1.0 / math.sqrt(case.head_dim))
     got = {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}

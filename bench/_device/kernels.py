@@ -3,16 +3,15 @@
 All three get the same [S, H, D] inputs with GQA (H / H_kv query heads per KV head) and the same
 upstream gradient; each is timed as the median of `repeats` runs after a warm-up, with the
 device synchronised around every run. fcp runs `ring_attention` on a ring of one (what a
-degree-1 replica runs: the kernel `select_kernel` picks plus fcp's autograd wrapper and GQA
-expansion); flash-attn runs `flash_attn_func` with native GQA; SDPA runs
+degree-1 replica runs: the kernel `select_kernel` picks, with native GQA, plus fcp's autograd
+wrapper); flash-attn runs `flash_attn_func` with native GQA; SDPA runs
 `scaled_dot_product_attention` on [1, H, S, D] with K/V expanded to H heads inside the timed
 region (as fcp does; `enable_gqa` would push some torch versions onto the math backend).
 Ratios are fcp / other, measured side by side in one run (< 1 means fcp is faster).
 
-On CUDA without flash-attn fcp falls back to `TorchMathKernel`, which materialises the
-[H, S, S] scores: a length whose score buffers would not fit in free memory is skipped with
-the estimate rather than run into an out-of-memory error. A length whose predicted time (from
-the previous length, scaled by s^2) would exceed the part's budget is skipped too.
+On CUDA fcp runs torch's own varlen flash kernel when flash-attn is missing (never explicit
+scores). A length whose predicted time (from the previous length, scaled by s^2) would exceed
+the part's budget is skipped. Many sequences per micro-batch are timed by the hot_path part.
 """
 
 from __future__ import annotations
@@ -38,11 +37,6 @@ def _flash_func() -> Callable[..., torch.Tensor] | None:
         return importlib.import_module("flash_attn").flash_attn_func
     except (ImportError, AttributeError):
         return None
-
-
-def _math_bytes(s: int, heads: int) -> int:
-    """Peak score-sized buffers of TorchMathKernel fwd+bwd: ~6 fp32 [H, S, S] tensors."""
-    return 6 * 4 * heads * s * s
 
 
 def _inputs(s: int, cfg: dict[str, Any], device: torch.device) -> list[torch.Tensor]:
@@ -94,9 +88,8 @@ def bench_kernels(
 ) -> dict[str, Any]:
     """One row per length: milliseconds per implementation and fcp's ratios to the others."""
     start = time.monotonic()
-    kernel = select_kernel(device).name
-    if kernel == "flash-attn" and cfg["dtype"] == "float32":
-        kernel = "torch-math (flash-attn has no fp32)"
+    kernel = select_kernel(device, dtype=getattr(torch, cfg["dtype"]), head_dim=cfg["head_dim"],
+                           heads=cfg["heads"], kv_heads=cfg["kv_heads"]).name  # fmt: skip
     sync = sync_for(device)
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
@@ -114,13 +107,6 @@ def bench_kernels(
         row: dict[str, Any] = {"seqlen": s}
         t0 = time.monotonic()
         for name, fn in _runners(s, cfg, device).items():
-            if name == "fcp" and kernel.startswith("torch-math") and device.type == "cuda":
-                need, free = _math_bytes(s, cfg["heads"]), torch.cuda.mem_get_info(device)[0]
-                if need > free:
-                    row["fcp_skipped"] = (f"torch-math needs ~{need / 2**30:.0f} GiB of score "
-                                          f"buffers, {free / 2**30:.0f} GiB free; install "
-                                          "flash-attn")  # fmt: skip
-                    continue
             try:
                 row[f"{name}_ms"] = 1e3 * median_time(fn, cfg["repeats"], sync)
             except RuntimeError as exc:  # out of memory, unsupported shape: recorded

@@ -120,6 +120,16 @@ class MicroBatch:
     vision_scatter: torch.Tensor | None = None
     vision_units: int = 0
     vision_partial_units: int = 0
+    host_cu_seqlens: tuple[int, ...] = ()
+    """`cu_seqlens` on the host, kept when the batch moves to a device (`to`), so that the
+    attention layout is built without reading the device (`host_offsets`)."""
+    host_cu_seqlens_padded: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.host_cu_seqlens and self.cu_seqlens.device.type == "cpu":
+            self.host_cu_seqlens = tuple(int(x) for x in self.cu_seqlens.tolist())
+        if not self.host_cu_seqlens_padded and self.cu_seqlens_padded.device.type == "cpu":
+            self.host_cu_seqlens_padded = tuple(int(x) for x in self.cu_seqlens_padded.tolist())
 
     # ---- views -------------------------------------------------------------------------
     @property
@@ -287,8 +297,16 @@ class MicroBatch:
         )
 
     # ---- use ---------------------------------------------------------------------------
+    def host_offsets(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(cu_seqlens, cu_seqlens_padded) as host tuples: the copies kept since the batch was
+        on the host, else read from the device (one host sync)."""
+        cu = self.host_cu_seqlens or tuple(int(x) for x in self.cu_seqlens.tolist())
+        cup = self.host_cu_seqlens_padded or tuple(int(x) for x in self.cu_seqlens_padded.tolist())
+        return cu, cup
+
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> MicroBatch:
-        """A copy with every tensor on `device` (cu_seqlens included: TE reads them on device)."""
+        """A copy with every tensor on `device` (cu_seqlens included: TE reads them on device);
+        the host copies of the offsets stay (`host_offsets`)."""
         changes: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)

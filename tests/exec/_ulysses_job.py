@@ -94,6 +94,7 @@ class _Counter:
     def __init__(self) -> None:
         self.a2a = 0
         self.ring = 0
+        self.p2p_groups: list[Any] = []  # the process group of every isend
         real_a2a, real_isend = dist.all_to_all_single, dist.isend
 
         def a2a(out: torch.Tensor, inp: torch.Tensor, *args: Any, **kw: Any) -> Any:
@@ -103,6 +104,7 @@ class _Counter:
 
         def isend(tensor: torch.Tensor, *args: Any, **kw: Any) -> Any:
             self.ring += tensor.numel() * tensor.element_size()
+            self.p2p_groups.append(kw.get("group"))
             return real_isend(tensor, *args, **kw)
 
         dist.all_to_all_single = a2a  # type: ignore[assignment]
@@ -116,11 +118,20 @@ def _check(rank: int, group: Group, pack: Pack, wave: int, cache: CPGroupCache,
     me = group.replicas.index(rank)
     q, k, v = (shard(t, pack, me).clone().requires_grad_() for t in (pack.q, pack.k, pack.v))
     before = (counter.a2a, counter.ring)
+    counter.p2p_groups.clear()
     with cp_context(_rank_plan(rank, group, pack, wave), groups=cache) as cp:
         assert cp.ulysses == u and cp.degree == d and cp.index == me
         out = cp_attention(q, k, v, pack.cu, pack.cu_padded, binding=cp, causal=pack.causal)
         out.backward(shard(pack.dout, pack, me))
+        ring_group, ring_ranks = cp.ring_group, cp.ring_ranks
     sent_a2a, sent_ring = counter.a2a - before[0], counter.ring - before[1]
+    # the ring's P2P ran on the ring's own process group, never the world's
+    if d // u > 1:
+        assert ring_group is not None, f"{tag}: no ring group bound"
+        assert sorted(dist.get_process_group_ranks(ring_group)) == sorted(ring_ranks)
+        assert counter.p2p_groups and all(g is ring_group for g in counter.p2p_groups), tag
+    else:
+        assert not counter.p2p_groups, f"{tag}: a ring of one sent something"
 
     q64, k64, v64 = (t.double().requires_grad_() for t in (pack.q, pack.k, pack.v))
     ref = reference_attention(pack, q64, k64, v64, 1.0 / math.sqrt(pack.q.shape[-1]))

@@ -1,17 +1,24 @@
-"""Rank mapping against megatron-core's own generator; kernel selection and the NPU guard."""
+"""Rank mapping against megatron-core's own generator; kernel selection, the CPU, explicit-score
+and torch flash kernels (on `meta`) under the varlen contract."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import types
 
 import pytest
 import torch
 from megatron.core.parallel_state import RankGenerator
 
-from fcp_exec import ReplicaRanks, select_kernel
-from fcp_exec.kernels import CpuFlashKernel, NpuFusionKernel, TorchMathKernel
+from fcp_exec import ReplicaRanks, kernels, select_kernel
+from fcp_exec.kernels import (
+    CpuFlashKernel,
+    KernelChoice,
+    KernelUnsupportedError,
+    Segments,
+    TorchFlashKernel,
+    TorchMathKernel,
+)
 
 
 @pytest.mark.parametrize(("tp", "pp", "world"), [(1, 1, 4), (2, 1, 8), (2, 2, 16), (4, 2, 24)])
@@ -40,62 +47,110 @@ def test_bad_parallel_sizes_are_named() -> None:
 
 def test_kernel_selection_and_guards(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(select_kernel("cpu"), CpuFlashKernel)
+    assert isinstance(select_kernel("meta"), TorchFlashKernel)  # the CUDA path, shape-only
     monkeypatch.setitem(sys.modules, "flash_attn", None)  # make flash-attn unimportable
     monkeypatch.setitem(sys.modules, "flash_attn.flash_attn_interface", None)
-    assert isinstance(select_kernel("cuda"), TorchMathKernel)
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", None)
+    # no silent fall-back to explicit scores: every kernel's reason, and the alternative
+    with pytest.raises(KernelUnsupportedError, match=r"torch-flash: .*flash-attn.*TorchMathKernel"):
+        select_kernel("cuda", dtype=torch.bfloat16, head_dim=128, heads=32, kv_heads=8)
     monkeypatch.setitem(sys.modules, "torch_npu", None)
-    with pytest.raises(RuntimeError, match="torch_npu cannot be imported"):
-        select_kernel("npu")
-    with pytest.raises(ValueError, match="'cpu', 'cuda', 'npu'"):
-        select_kernel("meta")
+    with pytest.raises(KernelUnsupportedError, match="torch_npu cannot be imported"):
+        select_kernel("npu", dtype=torch.bfloat16, head_dim=128, heads=32, kv_heads=8)
+    with pytest.raises(KernelUnsupportedError, match="'cpu', 'cuda', 'npu'"):
+        select_kernel("xla")
 
 
-def test_math_kernel_matches_cpu_kernel() -> None:
-    g = torch.Generator().manual_seed(0)
-    q, k, v, do = (torch.randn(9, 2, 8, generator=g) for _ in range(4))
-    for causal in (True, False):
-        o1, l1 = CpuFlashKernel().forward(q, k, v, causal=causal, scale=0.3)
-        o2, l2 = TorchMathKernel().forward(q, k, v, causal=causal, scale=0.3)
-        torch.testing.assert_close(o1, o2, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(l1, l2, atol=1e-5, rtol=1e-5)
-        g1 = CpuFlashKernel().backward(do, q, k, v, o1, l1, causal=causal, scale=0.3)
-        g2 = TorchMathKernel().backward(do, q, k, v, o1, l1, causal=causal, scale=0.3)
-        for a, b in zip(g1, g2):
-            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+class _Fake:
+    def __init__(self, name: str, half_only: bool = False) -> None:
+        self.name, self.half_only = name, half_only
+
+    def check(self, *, dtype, head_dim, heads, kv_heads) -> None:
+        if self.half_only and dtype not in (torch.float16, torch.bfloat16):
+            raise KernelUnsupportedError(f"kernel {self.name!r} runs fp16/bf16, got {dtype}")
 
 
-def test_npu_kernel_contract_with_mocked_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mock npu_fusion_attention with the math kernel: the LSE/max/sum plumbing must be exact."""
-    ref = TorchMathKernel()
-    seen: dict[str, object] = {}
+def test_choice_is_by_measurement_once_per_block_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two kernels that can run a block: the faster *measured* one wins whatever the order
+    or the names; the measurement runs once per block kind and the choice is stated."""
+    slow, fast = _Fake("torch-flash", half_only=True), _Fake("flash-attn", half_only=True)
+    monkeypatch.setattr(kernels, "kernel_candidates", lambda device: ([slow, fast], []))
+    timed: list[str] = []
 
-    def fwd(q, k, v, head_num, layout, *, atten_mask, scale, keep_prob, sparse_mode):  # type: ignore[no-untyped-def]
-        seen.update(layout=layout, heads=head_num, mode=sparse_mode)
-        out, lse = ref.forward(q[0], k[0], v[0], causal=atten_mask is not None, scale=scale)
-        smax = (lse - 1.0).unsqueeze(-1).expand(*lse.shape, 8)[None]
-        ssum = torch.full_like(smax, torch.e)  # max + log(sum) == lse
-        return out[None], smax, ssum
+    def timer(kern, device, dtype, head_dim, heads, kv_heads) -> float:
+        timed.append(kern.name)
+        return {"torch-flash": 2e-3, "flash-attn": 1e-3}[kern.name]
 
-    def bwd(q, k, v, dy, head_num, layout, *, atten_mask, softmax_max, softmax_sum,  # type: ignore[no-untyped-def]
-            attention_in, scale_value, keep_prob, sparse_mode):  # fmt: skip
-        lse = softmax_max[0, ..., 0] + torch.log(softmax_sum[0, ..., 0])
-        return ref.backward(dy[0], q[0], k[0], v[0], attention_in[0], lse,
-                            causal=atten_mask is not None, scale=scale_value)  # fmt: skip
+    choice = KernelChoice(timer=timer)
+    dev = torch.device("cuda", 0)
+    assert choice.get(dev, torch.bfloat16, 128, 32, 8) is fast
+    assert choice.get(dev, torch.bfloat16, 128, 32, 8) is fast
+    assert sorted(timed) == ["flash-attn", "torch-flash"]  # measured once, both
+    assert "flash-attn" in choice.report[0] and "measured fastest" in choice.report[0]
+    timer_times = {"torch-flash": 1e-3, "flash-attn": 5e-3}
+    picked = kernels.select_kernel(dev, dtype=torch.float16, head_dim=64, heads=8, kv_heads=8,
+                                   timer=lambda k, *a: timer_times[k.name])  # fmt: skip
+    assert picked is slow
+    with pytest.raises(KernelUnsupportedError, match=r"torch-flash.*fp16/bf16.*flash-attn"):
+        choice.get(dev, torch.float32, 128, 32, 8)  # fp32: refused by both, named, no fallback
 
-    fake = types.SimpleNamespace(npu_fusion_attention=fwd, npu_fusion_attention_grad=bwd)
-    monkeypatch.setitem(sys.modules, "torch_npu", fake)
-    kernel = select_kernel("npu")
-    assert isinstance(kernel, NpuFusionKernel)
-    g = torch.Generator().manual_seed(1)
-    q, k, v, do = (torch.randn(7, 2, 8, generator=g) for _ in range(4))
-    out, lse = kernel.forward(q, k, v, causal=True, scale=0.5)
-    assert seen == {"layout": "BSND", "heads": 2, "mode": 3}
-    o2, l2 = ref.forward(q, k, v, causal=True, scale=0.5)
-    torch.testing.assert_close(out, o2)
-    torch.testing.assert_close(lse, l2)
-    grads = kernel.backward(do, q, k, v, out, lse, causal=True, scale=0.5)
-    for a, b in zip(grads, ref.backward(do, q, k, v, out, lse, causal=True, scale=0.5)):
-        torch.testing.assert_close(a, b)
+
+def _varlen(seed: int, cu_q: list[int], cu_k: list[int], dtype: torch.dtype = torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q, do = (torch.randn(cu_q[-1], 4, 8, generator=g).to(dtype) for _ in range(2))
+    k, v = (torch.randn(cu_k[-1], 2, 8, generator=g).to(dtype) for _ in range(2))
+    return q, k, v, do, Segments.of(cu_q, cu_k)
+
+
+@pytest.mark.parametrize(
+    ("cu_q", "cu_k", "causal"),
+    [([0, 5, 12, 13, 40], [0, 5, 12, 13, 40], True), ([0, 4, 9, 30], [0, 7, 8, 20], False)],
+)
+def test_math_kernel_matches_cpu_kernel(cu_q: list[int], cu_k: list[int], causal: bool) -> None:
+    """Two independent varlen kernels (CPU flash with native GQA, explicit scores with
+    expanded heads) agree on out, lse and every gradient, segment by segment."""
+    q, k, v, do, seg = _varlen(0, cu_q, cu_k)
+    o1, l1 = CpuFlashKernel().forward(q, k, v, seg, causal=causal, scale=0.3)
+    o2, l2 = TorchMathKernel().forward(q, k, v, seg, causal=causal, scale=0.3)
+    torch.testing.assert_close(o1, o2, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(l1, l2, atol=1e-5, rtol=1e-5)
+    g1 = CpuFlashKernel().backward(do, q, k, v, o1, l1, seg, causal=causal, scale=0.3)
+    g2 = TorchMathKernel().backward(do, q, k, v, o1, l1, seg, causal=causal, scale=0.3)
+    assert g1[1].shape == k.shape  # dK/dV at H_kv heads
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # segments are independent: the first one alone gives the same rows
+    one = Segments.of(cu_q[:2], cu_k[:2])
+    o3, _ = CpuFlashKernel().forward(q[: cu_q[1]], k[: cu_k[1]], v[: cu_k[1]], one,
+                                     causal=causal, scale=0.3)  # fmt: skip
+    torch.testing.assert_close(o3, o1[: cu_q[1]])
+
+
+def test_torch_flash_kernel_runs_on_meta_with_native_gqa() -> None:
+    """The CUDA kernel's own calls on `meta` tensors: H_kv-headed K/V in, [H, T] fp32 LSE out,
+    dK/dV at H_kv heads; refusals name the kernel, the value and the alternative."""
+    kern = TorchFlashKernel()
+    q, k, v, do, _ = _varlen(1, [0, 3], [0, 3], torch.bfloat16)
+    seg = Segments.of([0, 40, 100], [0, 40, 100], "meta")
+    q, do = (torch.empty(100, 32, 128, dtype=torch.bfloat16, device="meta") for _ in range(2))
+    k, v = (torch.empty(100, 8, 128, dtype=torch.bfloat16, device="meta") for _ in range(2))
+    out, lse = kern.forward(q, k, v, seg, causal=True, scale=0.1)
+    assert out.shape == q.shape and lse.shape == (32, 100) and lse.dtype == torch.float32
+    dq, dk, dv = kern.backward(do, q, k, v, out, lse, seg, causal=True, scale=0.1)
+    assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
+    with pytest.raises(KernelUnsupportedError, match=r"'torch-flash' runs fp16/bf16.*TorchMath"):
+        kern.check(dtype=torch.float32, head_dim=128, heads=32, kv_heads=8)
+    with pytest.raises(KernelUnsupportedError, match="head_dim a multiple of 8 up to 256, got 84"):
+        kern.check(dtype=torch.bfloat16, head_dim=84, heads=32, kv_heads=8)
+    with pytest.raises(KernelUnsupportedError, match=r"H=32 .* H_kv=6"):
+        kern.check(dtype=torch.bfloat16, head_dim=128, heads=32, kv_heads=6)
+
+
+def test_math_kernel_refuses_a_size_it_cannot_hold() -> None:
+    seg = Segments.of([0, 16384], [0, 16384])
+    q = torch.empty(16384, 32, 128, device="meta")
+    with pytest.raises(KernelUnsupportedError, match=r"32.0 GiB of scores.*flash kernel"):
+        TorchMathKernel().forward(q, q[:, :8], q[:, :8], seg, causal=True, scale=0.1)
 
 
 def test_import_is_light() -> None:
