@@ -110,7 +110,7 @@ class _NoComm:
     def __init__(self, size: int, index: int) -> None:
         self.size, self.index = size, index
 
-    def exchange(self, send: torch.Tensor, *, tag: int) -> torch.Tensor:
+    def exchange(self, send: torch.Tensor, *, tag: int, recv: Any = None) -> torch.Tensor:
         return send
 
     def wait(self, tag: int) -> None:
@@ -144,9 +144,11 @@ def _worker(rank: int, world: int, port: int, q_out: Any, cfg: dict[str, Any]) -
         out = ring_attention(q, k, v, p["cu"], p["cu_p"], ring=comm)
         out.backward(do)
 
+    layout = ShardLayout.build(p["cu"], p["cu_p"], world, True)
+
     def compute_only() -> None:
-        layout = ShardLayout.build(p["cu"], p["cu_p"], world, True)
-        out = _RingAttention.apply(q, k, v, layout, _NoComm(world, rank), kernel, scale)
+        sched = layout.schedule(rank, q.device)
+        out = _RingAttention.apply(q, k, v, sched, _NoComm(world, rank), kernel, scale)
         out.backward(do)
 
     kernel, scale = select_kernel("cpu"), 1.0 / cfg["dim"] ** 0.5

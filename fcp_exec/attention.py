@@ -137,10 +137,11 @@ class _RingAttention(torch.autograd.Function):
             out, lse = _local(q, k, v, sched.steps[0], kernel, scale)
         else:
             kv = torch.stack((k, v))  # one buffer on the wire
+            spare = torch.empty_like(kv)  # two KV buffers take turns: no allocation per step
             acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
             lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
             for step in range(d):
-                nxt = comm.exchange(kv, tag=_TAG_KV) if step + 1 < d else None
+                nxt = comm.exchange(kv, tag=_TAG_KV, recv=spare) if step + 1 < d else None
                 for c in sched.steps[step]:
                     held = _take(kv, c.k_rows, 1)
                     o, m = kernel.forward(
@@ -154,10 +155,13 @@ class _RingAttention(torch.autograd.Function):
                         _merge_rows(acc, lse, c.q_rows, o, m)
                 if nxt is not None:
                     comm.wait(_TAG_KV)
-                    kv = nxt
+                    kv, spare = nxt, kv
             out = acc.to(q.dtype)
-        if sched.pad_rows is not None:
+        if sched.pad_rows is not None:  # padding rows: output 0, and an LSE of +inf, so
+            # every backward call sees their softmax weights as exp(s - inf) = 0: they add
+            # exactly 0 to every gradient whatever the upstream gradient (no copy of dout)
             out.index_fill_(0, sched.pad_rows, 0.0)
+            lse.index_fill_(1, sched.pad_rows, math.inf)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.fcp = (sched, comm, kernel, scale)
         return out
@@ -167,8 +171,6 @@ class _RingAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         sched, comm, kernel, scale = ctx.fcp
         dout = dout.to(q.dtype)
-        if sched.pad_rows is not None:  # padding rows then add exactly 0 to every gradient
-            dout = dout.index_fill(0, sched.pad_rows, 0.0)
         if sched.degree == 1:
             return (*_local_backward(dout, q, k, v, out, lse, sched.steps[0], kernel, scale),
                     None, None, None, None)  # fmt: skip
@@ -188,10 +190,11 @@ class _RingAttention(torch.autograd.Function):
         d = sched.degree
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         kv = torch.stack((k, v))
+        spare = torch.empty_like(kv)
         own = torch.zeros_like(kv)  # step 0's dK/dV of this member's own KV: kept here
         dkv_in: torch.Tensor | None = None
         for step in range(d):
-            nxt = comm.exchange(kv, tag=_TAG_KV) if step + 1 < d else None
+            nxt = comm.exchange(kv, tag=_TAG_KV, recv=spare) if step + 1 < d else None
             if step == 0:
                 for c in sched.steps[0]:  # disjoint rows: written, not added
                     gq, gk, gv = run(c, kv)
@@ -206,11 +209,15 @@ class _RingAttention(torch.autograd.Function):
                 for c in sched.steps[step]:
                     gq, gk, gv = run(c, kv)
                     _add_rows(dq, c.q_rows, gq)
-                    _add_rows(acc, c.k_rows, torch.stack((gk, gv)), dim=1)
+                    if c.k_rows is None or isinstance(c.k_rows, slice):
+                        _add_rows(acc[0], c.k_rows, gk)
+                        _add_rows(acc[1], c.k_rows, gv)
+                    else:
+                        _add_rows(acc, c.k_rows, torch.stack((gk, gv)), dim=1)
                 dkv_in = comm.exchange(acc, tag=_TAG_DKV)
             if nxt is not None:
                 comm.wait(_TAG_KV)
-                kv = nxt
+                kv, spare = nxt, kv
         assert dkv_in is not None  # d > 1: d - 1 hops were posted
         comm.wait(_TAG_DKV)  # hop d-1: the other members' dK/dV of this member's KV
         dkv = dkv_in.add_(own)

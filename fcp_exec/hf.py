@@ -76,6 +76,15 @@ def fcp_ring_attention_forward(
             f"attention dropout {dropout}: fcp ring attention is exact and has no dropout; set "
             "config.attention_dropout = 0.0"
         )
+    for name in ("sliding_window", "softcap", "s_aux"):  # what fcp's kernels do not compute
+        if kwargs.get(name) is not None:
+            raise ConfigError(
+                f"{name}={kwargs[name]!r}: fcp ring attention computes exact full causal (or "
+                "bidirectional) attention over each sequence, without sliding windows, logit "
+                "soft-capping or attention sinks; turn it off in the model config "
+                "(use_sliding_window=False / sliding_window=None, attn_logit_softcapping=None)"
+                " or train this model without fcp_ring"
+            )
     if attention_mask is not None:
         raise ExecError(
             "fcp ring attention got an attention mask; packed THD rows take none (leave "

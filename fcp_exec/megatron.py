@@ -95,23 +95,37 @@ class FCPPackedSeqParams(PackedSeqParams):
 
 
 def packed_seq_params(
-    mb: MicroBatch, cp_group: torch.distributed.ProcessGroup | ActiveCPGroup | None = None
+    mb: MicroBatch,
+    cp_group: torch.distributed.ProcessGroup | ActiveCPGroup | None = None,
+    *,
+    host_offsets: bool = True,
 ) -> FCPPackedSeqParams:
     """megatron-core's PackedSeqParams (qkv_format "thd") for one fcp MicroBatch.
 
     cu_seqlens are those of the unsharded sequences (TE divides the padded offsets by the CP
     size itself); max_seqlen is the longest padded sequence; `causal` carries the per-sequence
-    flags FCPCoreAttention needs for mixed causal / full packs. Pass the CP process group that
+    flags FCPCoreAttention needs for mixed causal / full packs, `fcp_layout` the micro-batch's
+    layout (FCPCoreAttention builds nothing per layer). Pass the CP process group that
     `fcp_exec.cp_context` bound, or leave it None to let megatron-core use its own.
+
+    host_offsets: the cu_seqlens tensors are the micro-batch's host copies (CPU int32), even
+    after `mb.to("cuda")`: megatron-core's THD RoPE reads them with `.tolist()` in every layer,
+    which on device tensors is a host sync per layer. FCPCoreAttention never reads them on the
+    device. Pass False for an attention that needs them on the device (TransformerEngine's).
     """
+    cu, cup = mb.cu_seqlens, mb.cu_seqlens_padded
+    if host_offsets:
+        host, host_padded = mb.host_offsets()
+        cu = torch.tensor(host, dtype=torch.int32)
+        cup = torch.tensor(host_padded, dtype=torch.int32)
     return FCPPackedSeqParams(
         causal=mb.causal,
         fcp_layout=ShardLayout.of(mb),
         qkv_format="thd",
-        cu_seqlens_q=mb.cu_seqlens,
-        cu_seqlens_kv=mb.cu_seqlens,
-        cu_seqlens_q_padded=mb.cu_seqlens_padded,
-        cu_seqlens_kv_padded=mb.cu_seqlens_padded,
+        cu_seqlens_q=cu,
+        cu_seqlens_kv=cu,
+        cu_seqlens_q_padded=cup,
+        cu_seqlens_kv_padded=cup,
         max_seqlen_q=mb.max_seqlen,
         max_seqlen_kv=mb.max_seqlen,
         local_cp_size=max(mb.rank_plan.degree, 1),
@@ -291,6 +305,13 @@ class FCPCoreAttention(MegatronModule):
             raise ValueError(
                 f"attention_dropout={dropout}: FCP ring attention is exact and has no dropout; "
                 "set TransformerConfig(attention_dropout=0.0)"
+            )
+        window = getattr(config, "window_size", None)
+        if window is not None:
+            raise ValueError(
+                f"window_size={window}: FCPCoreAttention computes exact full causal attention "
+                "over each sequence, without a sliding window; set TransformerConfig("
+                "window_size=None)"
             )
         self.attn_mask_type = attn_mask_type
         if softmax_scale is None:

@@ -16,11 +16,13 @@ Padding needs no gather. It is a suffix of each sequence, so a member that holds
 of a sequence holds only real keys of the chunks its causal blocks read (chunk src < chunk me;
 chunks src, 2d-1-src < chunk 2d-1-me), and on the diagonal a real row only sees earlier, real
 keys. Padding rows do take part (they attend finite keys, so their out and LSE are finite) and
-are cleaned once per layer: their output is zeroed and their upstream gradient masked, after
-which they contribute exactly 0 to every gradient. Full-attention sequences (rare: mixed
-packs) need real-key selection: their segments take only real rows and real keys, through the
-same gathers; one step then runs a causal and a full call at step 0, and one call later
-(causal-front/back and full segments are all unmasked and go in one call).
+are cleaned once per layer: their output is zeroed and their saved LSE set to +inf, so every
+backward call weighs them exp(s - inf) = 0 and they add exactly 0 to every gradient, whatever
+the upstream gradient (flash-attn's own convention for rows without keys; no copy of dout).
+Full-attention sequences (rare: mixed packs) need real-key selection: their segments take only
+real rows and real keys, through the same gathers; one step then runs a causal and a full call
+at step 0, and one call later (causal-front/back and full segments are all unmasked and go in
+one call).
 
 A call's rows are `None` (the whole buffer), a `slice` (a contiguous range: a view, no copy; a
 single sequence's halves) or an int64 index tensor. Every index and offset of a micro-batch
@@ -60,7 +62,7 @@ class RingSchedule:
 
     steps[s] are the calls of step s (the KV of member (index - s) mod degree); identical calls
     are one object, so the backward gathers a call's Q-side tensors once for all its steps.
-    `pad_rows` are the local padding rows (zeroed output, masked upstream gradient)."""
+    `pad_rows` are the local padding rows (zeroed output, +inf LSE: no gradient)."""
 
     degree: int
     index: int

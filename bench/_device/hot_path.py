@@ -57,7 +57,7 @@ class _LoopComm:
     def __init__(self, size: int, index: int) -> None:
         self.size, self.index = size, index
 
-    def exchange(self, send: torch.Tensor, *, tag: int) -> torch.Tensor:
+    def exchange(self, send: torch.Tensor, *, tag: int, recv: Any = None) -> torch.Tensor:
         return send
 
     def wait(self, tag: int) -> None:

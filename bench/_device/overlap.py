@@ -9,7 +9,10 @@
   ring hid behind compute (1 = all of it, 0 = none); "wait" is the time blocked in
   `RingComm.wait` per fwd+bwd, the transfer time the ring did not hide. On NCCL `wait` only
   orders the compute stream after the transfer and returns at once, so "wait" is ~0 there
-  and the hidden share is the figure to read.
+  and the hidden share is the figure to read. On CUDA / NPU the ring posts its transfers from
+  a communication stream and times each with events (posted, done, needed by the compute
+  stream): "event_hidden_share" is the share of transfer time the compute stream never waited
+  for, measured on the device rather than by subtraction.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch.distributed as dist
 from fcp_data.profiling.p2p import pingpong as measure_pingpong
 from fcp_exec import ring_attention
 from fcp_exec.ring import RingComm
+from fcp_exec.runtime import stream_api
 
 from .comm import LocalComm
 
@@ -66,11 +70,16 @@ def measure_overlap(
     do = torch.randn(local, heads, dim, generator=g).to(device, dt)
     cu = [0, seqlen]
     waits: list[float] = []
+    api = stream_api(device)  # CUDA / NPU: transfers on a comm stream, timed with events
+    stream = api.Stream(device=device) if api is not None else None
+    comms: list[RingComm] = []
 
     def ring() -> None:
-        comm = RingComm([0, 1])
+        comm = RingComm([0, 1], group=group, stream=stream, stream_api=api,
+                        timing=api is not None)  # fmt: skip
         ring_attention(q, k, v, cu, cu, ring=comm).backward(do)
         waits.append(comm.wait_seconds)
+        comms.append(comm)
 
     def compute() -> None:
         ring_attention(q, k, v, cu, cu, ring=LocalComm([0, 1])).backward(do)
@@ -95,7 +104,18 @@ def measure_overlap(
     dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
     t_ring, t_compute, t_comm, t_wait = (float(x) for x in both.tolist())
     hidden = (t_compute + t_comm - t_ring) / t_comm if t_comm > 0 else 0.0
+    events: dict[str, Any] = {}
+    if api is not None:  # the last timed ring's transfers, read after the device synchronised
+        api.synchronize(device)
+        ov = comms[-1].overlap()
+        events = {
+            "event_transfers": ov.transfers,
+            "event_transfer_s": ov.transfer_s,
+            "event_exposed_s": ov.exposed_s,
+            "event_hidden_share": ov.hidden_share,
+        }
     return {
+        **events,
         "seqlen": seqlen, "heads": heads, "kv_heads": kv_heads, "head_dim": dim,
         "dtype": cfg["dtype"], "ring_s": t_ring, "compute_s": t_compute, "comm_s": t_comm,
         "wait_s": t_wait, "hidden_share": max(0.0, min(1.0, hidden)),

@@ -49,6 +49,9 @@ class TorchFlashKernel:
 
     name = "torch-flash"
 
+    def __init__(self) -> None:
+        self._rng: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
     def check(self, *, dtype: torch.dtype, head_dim: int, heads: int, kv_heads: int) -> None:
         check_gqa(self.name, heads, kv_heads)
         if dtype not in _HALF:
@@ -91,8 +94,12 @@ class TorchFlashKernel:
         causal: bool,
         scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        rng = torch.zeros(2, dtype=torch.uint64, device=q.device)
-        unused = torch.empty(0, device=q.device)
+        if q.device not in self._rng:  # unused with dropout 0; made once, not per call
+            self._rng[q.device] = (
+                torch.zeros(2, dtype=torch.uint64, device=q.device),
+                torch.empty(0, device=q.device),
+            )
+        rng, unused = self._rng[q.device]
         dq, dk, dv = torch.ops.aten._flash_attention_backward(
             dout.contiguous(), q, k, v, out.contiguous(), lse.contiguous(), seg.cu_q, seg.cu_k,
             seg.max_q, seg.max_k, 0.0, causal, rng, unused, scale=scale,
