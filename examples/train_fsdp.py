@@ -259,6 +259,9 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
             os.replace(tmp, out / "loader.json")
             print(f"saved model, optimizer and loader state after step {meta['steps']} to "
                   f"{out}", flush=True)  # fmt: skip
+    if rank == 0:  # which attention kernel ran, and why (measured when several could)
+        for line in groups.runtime.kernels.report:
+            print(line, flush=True)
     return records
 
 

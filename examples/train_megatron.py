@@ -344,6 +344,9 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
             (out / "loader.json").write_text(json.dumps(state["loader"], indent=1))
             print(f"saved model, optimizer and loader state after step {state['steps']} to "
                   f"{out}", flush=True)  # fmt: skip
+    if rank == 0:  # which attention kernel ran, and why (measured when several could)
+        for line in groups.runtime.kernels.report:
+            print(line, flush=True)
     return records
 
 

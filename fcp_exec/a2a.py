@@ -36,6 +36,7 @@ class A2AComm:
         self.sent_bytes = 0
         self.seconds = 0.0  # time inside all_to_all_single (nothing overlaps it)
         self._to_group: torch.Tensor | None = None
+        self._on_device: dict[torch.device, torch.Tensor] = {}
         if self.size > 1:
             if group is None or not dist.is_initialized():
                 raise ValueError(
@@ -58,9 +59,9 @@ class A2AComm:
             raise ValueError(f"send has {send.shape[0]} slices for a block of {self.size}")
         if self.size == 1:
             return send
-        perm = self._to_group
+        perm = self._device_perm(send.device)
         if perm is not None:
-            send = send.index_select(0, perm.to(send.device))
+            send = send.index_select(0, perm)
         send = send.contiguous()
         staged = dist.get_backend(self.group) == "gloo" and send.device.type != "cpu"
         wire = send.cpu() if staged else send
@@ -72,5 +73,14 @@ class A2AComm:
         if staged:
             recv = recv.to(send.device)
         if perm is not None:  # group-rank order back to block positions
-            recv = torch.empty_like(recv).index_copy_(0, perm.to(recv.device), recv)
+            recv = torch.empty_like(recv).index_copy_(0, perm, recv)
         return recv
+
+    def _device_perm(self, device: torch.device) -> torch.Tensor | None:
+        """The block-to-group order on `device`, copied once (not per exchange: a pageable
+        host-to-device copy per all-to-all would stall the host)."""
+        if self._to_group is None:
+            return None
+        if device not in self._on_device:
+            self._on_device[device] = self._to_group.to(device)
+        return self._on_device[device]

@@ -190,6 +190,9 @@ def _exactness(rank: int, world: int) -> None:
         pack = _pack(group, seed=100 * wave + min(group.replicas))
         worst = max(worst, _check(rank, group, pack, wave, cache, counter))
         ran += 1
+    stats = cache.stats()  # live communicators: bounded (64 + the batch in flight), reported
+    assert stats["live"] == len(cache) <= max(stats["capacity"], stats["peak_live"])
+    assert stats["created"] == stats["live"] + stats["evicted"] and stats["created"] > 0
     dist.barrier()
     if rank == 0:
         print(f"worst fp32 error over {len(WAVES)} waves: {worst:.3g}; groups created "

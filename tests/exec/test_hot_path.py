@@ -545,3 +545,16 @@ def test_megatron_gpt_model_on_meta_without_host_sync() -> None:
     from ._megatron_meta_job import megatron_meta_worker
 
     run_distributed(megatron_meta_worker, 1, timeout=240)
+
+
+def test_megatron_sliding_window_is_refused_by_name() -> None:
+    pytest.importorskip("megatron.core")
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from fcp_exec.megatron import FCPCoreAttention
+
+    cfg = TransformerConfig(num_layers=1, hidden_size=32, num_attention_heads=4,
+                            window_size=(128, 0), attention_dropout=0.0)  # fmt: skip
+    with pytest.raises(ValueError, match=r"window_size=\(128, 0\).*window_size=None"):
+        FCPCoreAttention(cfg, 1, AttnMaskType.causal, "self")
