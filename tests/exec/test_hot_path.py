@@ -295,8 +295,9 @@ class _LoopA2A:
         return torch.empty_like(send)
 
 
-def test_hybrid_attention_on_meta_without_host_sync() -> None:
-    heads, kv_heads, dim, d, u = 32, 8, 128, 8, 2
+@pytest.mark.parametrize("u", [2, 8])  # hybrid 2 x 4; pure Ulysses (a ring of one)
+def test_hybrid_attention_on_meta_without_host_sync(u: int) -> None:
+    heads, kv_heads, dim, d = 32, 8, 128, 8
     lens = [9000, 3000, 700]
     chunks = contract.num_chunks(d)
     padded = [-(-n // chunks) * chunks for n in lens]
@@ -306,8 +307,8 @@ def test_hybrid_attention_on_meta_without_host_sync() -> None:
     opts = {"device": "meta", "dtype": torch.bfloat16, "requires_grad": True}
     q = torch.empty(t, heads, dim, **opts)
     k, v = (torch.empty(t, kv_heads, dim, **opts) for _ in range(2))
-    kern = _Counting(TorchFlashKernel(), kv_heads // u)
-    ring = _LoopComm(d // u, 1)
+    kern = _Counting(TorchFlashKernel(), max(kv_heads // u, 1))
+    ring = _LoopComm(d // u, 1 % (d // u))
     with _OpCounter(heads, kv_heads) as counter:
         for _ in range(2):  # two layers: the second reuses every index the first built
             out = hybrid_attention(q, k, v, layout=layout, a2a=_LoopA2A(u, 1), ring=ring,  # type: ignore[arg-type]
