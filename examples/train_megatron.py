@@ -256,7 +256,8 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     cluster = Cluster(ranks.num_replicas, tokens_per_replica=args.tokens_per_replica,
                       tensor_parallel=args.tp, pipeline_parallel=args.pp,
-                      sequence_parallel=args.sequence_parallel)  # fmt: skip
+                      sequence_parallel=args.sequence_parallel,
+                      devices_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", world)))  # fmt: skip
     check_layout(config, cluster, ranks)  # model, planner and ranks agree, or ConfigError
     loader = FCPDataLoader(
         args.index, cluster=cluster, cost=load_cost(args.cost),

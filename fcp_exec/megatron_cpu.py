@@ -4,7 +4,9 @@ megatron-core 0.16's pipeline schedules, P2P layer and sequence-parallel mapping
 `device="cuda"` or `torch.cuda.current_device()` and call `torch.cuda.synchronize()` even when
 every tensor they move is on the CPU. Inside `cuda_on_cpu()` (a no-op when CUDA is available)
 a torch function mode rewrites a CUDA `device=` of tensor factories to "cpu", and
-`current_device` / `synchronize` answer as a one-device CPU machine would, and megatron's
+`current_device` / `synchronize` / `current_stream` answer as a one-device CPU machine would
+(megatron-core 0.19's DDP asks the current stream to wait for CUDA-graph events before every
+gradient reduction; on the CPU there is one stream and nothing to wait for), and megatron's
 model-parallel RNG tracker (CUDA generator states, forked around dropout) forks nothing, so
 use it with every dropout at 0 (fcp's ring attention has none). With
 `cuda_type_names=True` (megatron's DDP and distributed optimizer), `Tensor.type()` without
@@ -47,6 +49,19 @@ class _CudaFactoriesOnCpu(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class _CpuStream:
+    """The one stream of a CPU: work is done when issued, so waits return at once."""
+
+    def wait_event(self, event: object) -> None:
+        return None
+
+    def wait_stream(self, stream: object) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+
 class _CudaTypeNames(TorchFunctionMode):
     """`Tensor.type()` of a CPU tensor reports the CUDA type name; everything else passes."""
 
@@ -77,13 +92,15 @@ def cuda_on_cpu(*, cuda_type_names: bool = False) -> Iterator[None]:
         with _CudaTypeNames() if cuda_type_names else nullcontext():
             yield
         return
-    saved = torch.cuda.current_device, torch.cuda.synchronize
+    saved = torch.cuda.current_device, torch.cuda.synchronize, torch.cuda.current_stream
+    cpu_stream = _CpuStream()
     torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]  # also in backward
     torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
+    torch.cuda.current_stream = lambda *a, **k: cpu_stream  # type: ignore[assignment]
     tracker.fork = lambda *a, **k: nullcontext()  # the instance's, not the class's
     try:
         with _CudaFactoriesOnCpu(), _CudaTypeNames() if cuda_type_names else nullcontext():
             yield
     finally:
-        torch.cuda.current_device, torch.cuda.synchronize = saved
+        torch.cuda.current_device, torch.cuda.synchronize, torch.cuda.current_stream = saved
         del tracker.fork

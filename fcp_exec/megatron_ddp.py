@@ -56,6 +56,7 @@ import torch
 from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
 
 from fcp_data.errors import ConfigError, ExecError
+from fcp_exec.megatron_cpu import cuda_on_cpu
 
 if TYPE_CHECKING:
     from fcp_data.collate import MicroBatch
@@ -140,7 +141,8 @@ def finish_step(
     """
     chunks = _chunks(model)
     factor = ddp_gradient_factor(chunks, rescale_average=rescale_average)
-    finalize_model_grads(chunks, num_tokens=None)
+    with cuda_on_cpu():  # megatron-core 0.19's reduction asks for the CUDA stream; a no-op on GPUs
+        finalize_model_grads(chunks, num_tokens=None)
     if factor != 1.0:
         for chunk in chunks:
             chunk.scale_gradients(factor)

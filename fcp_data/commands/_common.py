@@ -292,27 +292,30 @@ def layout_from_args(args: argparse.Namespace) -> ParallelLayout:
     )
 
 
-def _replicas_per_node(args: argparse.Namespace, layout: ParallelLayout) -> int:
-    """--replicas-per-node, else devices per node (flag or hardware) // (TP x PP)."""
-    dev = DEVICES.get(str(args.hardware).lower())
-    dpn = args.devices_per_node
+def _node_args(args: argparse.Namespace, layout: ParallelLayout) -> dict[str, int | None]:
+    """--replicas-per-node and --devices-per-node (else the hardware preset's devices per node)
+    as `Cluster` takes them: the Cluster applies the one rule (`cluster._replicas_per_node`)."""
+    dpn, rpn = args.devices_per_node, args.replicas_per_node
     if dpn is not None and dpn < 1:
         raise ConfigError(f"--devices-per-node {dpn} must be >= 1")
-    rpn = args.replicas_per_node
-    if rpn is not None:
-        if dpn is not None:
-            derived = replicas_per_node(dpn, layout.tensor_parallel, layout.pipeline_parallel)
-            if derived != rpn:
-                raise ConfigError(
-                    f"--replicas-per-node {rpn} contradicts --devices-per-node {dpn} at "
-                    f"TP x PP = {layout.devices} ({derived} per node); give one of them"
-                )
-        return rpn
-    if dpn is None:
-        if dev is None:
-            return args.replicas  # an unknown accelerator: one node, as before
-        dpn = dev.replicas_per_node
-    return replicas_per_node(dpn, layout.tensor_parallel, layout.pipeline_parallel)
+    if rpn is None and dpn is None:
+        dev = DEVICES.get(str(args.hardware).lower())
+        if dev is not None:
+            dpn = dev.replicas_per_node  # the preset's devices per node (8 for an H200 node)
+        elif layout.devices > 1:
+            raise ConfigError(
+                f"--hardware {args.hardware!r} is not a preset, so its devices per node are "
+                f"unknown, and a replica spans TP x PP = {layout.devices} devices: give "
+                "--devices-per-node (or --replicas-per-node)"
+            )
+    if dpn is not None:  # the flags' errors name the flags (the Cluster would name its fields)
+        derived = replicas_per_node(dpn, layout.tensor_parallel, layout.pipeline_parallel)
+        if rpn is not None and derived != rpn:
+            raise ConfigError(
+                f"--replicas-per-node {rpn} contradicts --devices-per-node {dpn} at "
+                f"TP x PP = {layout.devices} ({derived} per node); give one of them"
+            )
+    return {"replicas_per_node": rpn, "devices_per_node": dpn}
 
 
 def cluster_and_budget_from_args(
@@ -321,12 +324,12 @@ def cluster_and_budget_from_args(
     """The cluster of the flags and, when --tokens-per-replica is not given (or 0), the memory
     budget it was derived from (`memory.derive_tokens_per_replica`); None when given."""
     layout = layout_from_args(args)
-    rpn = _replicas_per_node(args, layout)
+    nodes = _node_args(args, layout)
     if args.tokens_per_replica:
         return (
             Cluster(
                 args.replicas,
-                replicas_per_node=rpn,
+                **nodes,  # type: ignore[arg-type]
                 tokens_per_replica=args.tokens_per_replica,
                 tensor_parallel=layout.tensor_parallel,
                 pipeline_parallel=layout.pipeline_parallel,
@@ -350,7 +353,10 @@ def cluster_and_budget_from_args(
         args.model, layout, dev.memory_bytes, args.replicas, reserve=args.memory_reserve
     )
     cluster = Cluster.from_budget(
-        budget, replicas_per_node=rpn, idle=args.idle, sync_waves=args.sync_waves
+        budget,
+        **nodes,
+        idle=args.idle,
+        sync_waves=args.sync_waves,  # type: ignore[arg-type]
     )
     return cluster, budget
 

@@ -40,6 +40,46 @@ def _whole(name: str, value: object) -> int:
     return int(value)
 
 
+def _replicas_per_node(
+    num_replicas: int,
+    replicas_per_node: int | None,
+    devices_per_node: int | None,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+) -> int:
+    """The one rule for replicas per node (the constructor, `from_budget` and the CLI).
+
+    `devices_per_node` // (TP x PP) when the devices per node are given (8 GPUs at TP = 8 -> 1,
+    `memory.replicas_per_node`); `replicas_per_node` when given (both given must agree); all
+    replicas on one node when a replica is one device and neither is given. A replica of
+    several devices with neither given is refused: assuming one node would price every ring of
+    a 64-GPU job as intra-node."""
+    from .memory import replicas_per_node as rpn_of
+
+    rpn = None if replicas_per_node is None else _whole("replicas_per_node", replicas_per_node)
+    if devices_per_node is not None:
+        derived = rpn_of(devices_per_node, tensor_parallel, pipeline_parallel)
+        if rpn is not None and rpn != derived:
+            raise ConfigError(
+                f"replicas_per_node={rpn} contradicts devices_per_node={devices_per_node} at "
+                f"TP x PP = {tensor_parallel} x {pipeline_parallel} ({derived} replicas per "
+                "node); give one of them"
+            )
+        return derived
+    if rpn is not None:
+        return rpn
+    per = _whole("tensor_parallel", tensor_parallel) * _whole(
+        "pipeline_parallel", pipeline_parallel
+    )
+    if per > 1:
+        raise ConfigError(
+            f"a replica spans TP x PP = {tensor_parallel} x {pipeline_parallel} = {per} devices, "
+            "so the replicas per node depend on the node: give devices_per_node= (8 on an "
+            f"8-GPU node -> {max(8 // per, 1)} per node) or replicas_per_node="
+        )
+    return num_replicas
+
+
 @dataclass(kw_only=True, slots=True, frozen=True, init=False)
 class Cluster:
     """N replicas (each a full TP×PP model copy), grouped into nodes.
@@ -57,6 +97,10 @@ class Cluster:
     ("empty"), or real work the planner moves there ("fill"). `sync_waves` (default False) puts
     a barrier after every wave, as under FSDP / ZeRO-3 where each layer's all-gather spans every
     rank, so a wave ends when its slowest member does.
+
+    Replicas per node (what prices a ring as intra- or inter-node): `devices_per_node` //
+    (TP x PP) when given, else `replicas_per_node`; without either, every replica on one node,
+    which a replica of several devices refuses (`_replicas_per_node`).
     """
 
     num_replicas: int
@@ -75,6 +119,7 @@ class Cluster:
         num_replicas: int,
         *,
         replicas_per_node: int | None = None,
+        devices_per_node: int | None = None,
         tokens_per_replica: int | None = None,
         memory_bytes: float | None = None,
         speed: tuple[float, ...] | list[float] | np.ndarray | None = None,
@@ -85,10 +130,8 @@ class Cluster:
         sync_waves: bool = False,
     ) -> None:
         num_replicas = _whole("num_replicas", num_replicas)
-        rpn = (
-            num_replicas
-            if replicas_per_node is None
-            else _whole("replicas_per_node", replicas_per_node)
+        rpn = _replicas_per_node(
+            num_replicas, replicas_per_node, devices_per_node, tensor_parallel, pipeline_parallel
         )
         if (tokens_per_replica is None) == (memory_bytes is None):
             raise ConfigError(
@@ -170,21 +213,11 @@ class Cluster:
         -> 1 (`memory.replicas_per_node`); or give `replicas_per_node` itself. Both given and
         disagreeing raises ConfigError.
         """
-        from .memory import replicas_per_node as rpn_of
-
         lay = budget.layout
-        rpn = replicas_per_node
-        if devices_per_node is not None:
-            derived = rpn_of(devices_per_node, lay.tensor_parallel, lay.pipeline_parallel)
-            if rpn is not None and rpn != derived:
-                raise ConfigError(
-                    f"replicas_per_node={rpn} contradicts devices_per_node={devices_per_node} at "
-                    f"TP x PP = {lay.devices} ({derived} replicas per node); give one of them"
-                )
-            rpn = derived
         return cls(
             budget.num_replicas,
-            replicas_per_node=rpn,
+            replicas_per_node=replicas_per_node,
+            devices_per_node=devices_per_node,
             tokens_per_replica=budget.tokens_per_replica,
             speed=speed,
             tensor_parallel=lay.tensor_parallel,

@@ -213,34 +213,37 @@ def _train_fcp(
         except ConfigError as e:
             assert "4x too small" in str(e) and "rescale_average=True" in str(e), str(e)
     grads, params = [], []
-    for step in range(len(STEPS)):
-        plan = _plan(step)
-        cache.prepare_plan(plan)
-        ddp.zero_grad_buffer()
-        optimizer.zero_grad()
-        total = torch.zeros(())
-        mbs = _micro_batches(step, rank, plan)
-        assert mbs[-1].is_placeholder == (rank == SITS_OUT_LAST[step])
-        for mb in mbs:
-            with (
-                wave_sync(ddp, mb),
-                cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups),
-            ):
-                loss = _loss(ddp, mb)
-                loss.backward()
-            total += loss.detach()
-        # DDP's first batch launches its buckets in finish_grad_sync; from the second on, the
-        # last wave's backward hooks have launched every bucket by now (the overlapped path)
-        launched = [g.grad_reduce_handle is not None for g in ddp.bucket_groups]
-        assert launched == [step > 0] * len(launched), f"step {step + 1}: launched {launched}"
-        factor = finish_step(ddp, rescale_average=variant == "average-rescaled")
-        assert factor == (4.0 if variant == "average-rescaled" else 1.0)
-        grads.append(_gathered_grads(ddp))
-        with cuda_on_cpu(cuda_type_names=True):
-            ok, _, _ = optimizer.step()
-        assert ok, "megatron optimizer skipped the step"
-        dist.all_reduce(total)
-        params.append({**_params(ddp.module), "__loss__": total})
+    # megatron-core 0.19's overlapped reduction asks for the CUDA stream inside backward hooks:
+    # on a CPU the loop runs inside cuda_on_cpu, as examples/train_megatron.py's does
+    with cuda_on_cpu():
+        for step in range(len(STEPS)):
+            plan = _plan(step)
+            cache.prepare_plan(plan)
+            ddp.zero_grad_buffer()
+            optimizer.zero_grad()
+            total = torch.zeros(())
+            mbs = _micro_batches(step, rank, plan)
+            assert mbs[-1].is_placeholder == (rank == SITS_OUT_LAST[step])
+            for mb in mbs:
+                with (
+                    wave_sync(ddp, mb),
+                    cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups),
+                ):
+                    loss = _loss(ddp, mb)
+                    loss.backward()
+                total += loss.detach()
+            # DDP's first batch launches its buckets in finish_grad_sync; from the second on, the
+            # last wave's backward hooks have launched every bucket by now (the overlapped path)
+            launched = [g.grad_reduce_handle is not None for g in ddp.bucket_groups]
+            assert launched == [step > 0] * len(launched), f"step {step + 1}: launched {launched}"
+            factor = finish_step(ddp, rescale_average=variant == "average-rescaled")
+            assert factor == (4.0 if variant == "average-rescaled" else 1.0)
+            grads.append(_gathered_grads(ddp))
+            with cuda_on_cpu(cuda_type_names=True):
+                ok, _, _ = optimizer.step()
+            assert ok, "megatron optimizer skipped the step"
+            dist.all_reduce(total)
+            params.append({**_params(ddp.module), "__loss__": total})
     # the DistributedOptimizer all-gathers the updated shards: every rank holds the same model
     flat = torch.cat([p.reshape(-1) for p in params[-1].values()])
     every = [torch.empty_like(flat) for _ in range(dist.get_world_size())]

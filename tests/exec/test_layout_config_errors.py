@@ -52,7 +52,7 @@ def test_model_cluster_and_ranks_must_agree(model: dict, cluster: dict, ranks: d
 
     world = 8
     r = ReplicaRanks(world_size=world, **ranks)
-    c = Cluster(r.num_replicas, tokens_per_replica=1024, **cluster)
+    c = Cluster(r.num_replicas, tokens_per_replica=1024, devices_per_node=world, **cluster)
     with pytest.raises(ConfigError, match=match):
         check_layout(_config(**model), c, r)
 
@@ -62,10 +62,10 @@ def test_agreeing_layout_passes_and_replica_count_is_checked() -> None:
 
     r = ReplicaRanks(world_size=8, tensor_parallel=2)
     cfg = _config(tensor_model_parallel_size=2, sequence_parallel=True)
-    check_layout(cfg, Cluster(4, tokens_per_replica=64, tensor_parallel=2,
+    check_layout(cfg, Cluster(4, tokens_per_replica=64, tensor_parallel=2, devices_per_node=8,
                               sequence_parallel=True), r)  # fmt: skip
     with pytest.raises(ConfigError, match="Cluster\\(num_replicas=8\\) but world_size=8"):
-        check_layout(cfg, Cluster(8, tokens_per_replica=64, tensor_parallel=2,
+        check_layout(cfg, Cluster(8, tokens_per_replica=64, tensor_parallel=2, devices_per_node=8,
                                   sequence_parallel=True), r)  # fmt: skip
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fcp_data.errors import ConfigError
 from fcp_data.layout import shard_tokens
 from fcp_data.planner import Cluster, CostModel, generate_lengths, plan_global_batch
 from fcp_data.planner.bounds import lower_bound
@@ -22,7 +23,9 @@ COST = CostModel.from_model("llama3.2-1b", "h200")
 
 
 def cluster(n: int, cap: int, unit: int, rpn: int | None = None, **kw) -> Cluster:
-    """unit 1: no sequence parallel (TP = 2 without SP pads nothing); else TP = unit with SP."""
+    """unit 1: no sequence parallel (TP = 2 without SP pads nothing); else TP = unit with SP.
+    rpn None: every replica on one node."""
+    rpn = n if rpn is None else rpn
     if unit == 1:
         return Cluster(n, replicas_per_node=rpn, tokens_per_replica=cap, tensor_parallel=2, **kw)
     return Cluster(
@@ -134,3 +137,21 @@ def test_bound_and_oracle_use_the_pad_unit():
     opt = exhaustive_optimum(lens, sp, COST)
     assert plan.predicted_time >= opt * (1 - 1e-9)
     assert opt > exhaustive_optimum(lens, cluster(3, 520, 1), COST)  # d = 2 no longer holds it
+
+
+def test_replicas_per_node_follow_the_layout_in_one_rule() -> None:
+    """Cluster(..., tensor_parallel=T, pipeline_parallel=P) derives replicas per node from the
+    devices per node as from_budget and the CLI do, refuses to guess without it, and refuses a
+    contradiction (was: 8 replicas of TP = 8 priced as one node)."""
+    assert Cluster(8, tokens_per_replica=64, tensor_parallel=8, devices_per_node=8)\
+        .replicas_per_node == 1  # fmt: skip
+    assert Cluster(16, tokens_per_replica=64, tensor_parallel=2, pipeline_parallel=2,
+                   devices_per_node=8).replicas_per_node == 2  # fmt: skip
+    assert Cluster(8, tokens_per_replica=64).replicas_per_node == 8  # one device each: one node
+    with pytest.raises(ConfigError, match=r"TP x PP = 8 x 1 = 8 devices.*devices_per_node="):
+        Cluster(8, tokens_per_replica=64, tensor_parallel=8)
+    with pytest.raises(ConfigError, match="replicas_per_node=4 contradicts devices_per_node=8"):
+        Cluster(8, tokens_per_replica=64, tensor_parallel=8, devices_per_node=8,
+                replicas_per_node=4)  # fmt: skip
+    cl = Cluster(8, tokens_per_replica=64, tensor_parallel=8, devices_per_node=8)
+    assert cl.spans_nodes((0, 1)) and not Cluster(8, tokens_per_replica=64).spans_nodes((0, 1))
