@@ -8,6 +8,9 @@ PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 EXTRAS ?= all
+# megatron-core 0.17+ ships a cp311 wheel whose metadata says Python >= 3.12 (the code runs on
+# 3.11): with the megatron extra, that release is installed as a 3.11 user must, past the check.
+MEGATRON_SPEC ?= megatron-core==0.19.2
 
 .PHONY: venv demo test lint bench clean
 
@@ -24,6 +27,9 @@ $(VENV)/.installed: pyproject.toml
 	  $(PIP) install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
 	fi
 	$(PIP) install -q -e ".[$(EXTRAS)]"
+	@case ",$(EXTRAS)," in *,all,*|*,megatron,*) \
+	  echo "installing $(MEGATRON_SPEC) (--ignore-requires-python)"; \
+	  $(PIP) install -q --ignore-requires-python "$(MEGATRON_SPEC)";; esac
 	@touch $@
 
 venv: $(VENV)/.installed

@@ -246,9 +246,15 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
             model = DDP(config, DistributedDataParallelConfig(
                 overlap_grad_reduce=True, use_distributed_optimizer=True), model)  # fmt: skip
             optimizer = get_megatron_optimizer(
+                # torch Adam's defaults, as the other path trains (megatron's own defaults are
+                # weight decay 0.01 and gradient clipping at 1.0)
                 OptimizerConfig(
-                    optimizer="adam", lr=args.lr, weight_decay=0.0, use_distributed_optimizer=True
-                ),  # torch Adam's defaults
+                    optimizer="adam",
+                    lr=args.lr,
+                    weight_decay=0.0,
+                    clip_grad=0.0,
+                    use_distributed_optimizer=True,
+                ),
                 [model],
             )
         config.no_sync_func = model.no_sync  # PP: megatron's schedule syncs the last wave only

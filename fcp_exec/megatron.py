@@ -1,6 +1,6 @@
 """megatron-core integration: FCP core attention, a CP group that follows cp_context, RoPE on CPU.
 
-Usage (megatron-core 0.16):
+Usage (megatron-core 0.19.2 tested; 0.16.1 kept working):
 
     spec = get_gpt_layer_local_spec()
     spec.submodules.self_attention.submodules.core_attention = FCPCoreAttention
@@ -186,6 +186,13 @@ def fcp_gpt_spec(config: TransformerConfig, *, vp_stage: int | None = None) -> A
         for name in vars(holder):
             if any(getattr(holder, name) is norm for norm in norms):
                 setattr(holder, name, TorchNorm)
+    if vp_stage is not None:
+        from fcp_data.errors import ConfigError
+
+        raise ConfigError(
+            f"vp_stage={vp_stage}: fcp does not support virtual pipeline stages (see "
+            "check_layout); build one stage per pipeline rank (vp_stage=None)"
+        )
     layers = get_num_layers_to_build(config, vp_stage=vp_stage)
     return TransformerBlockSubmodules(layer_specs=[spec] * layers, layer_norm=TorchNorm)
 
@@ -232,6 +239,17 @@ def check_layout(config: TransformerConfig, cluster: Any, ranks: Any) -> None:
                 f"TP={tp} does not divide {what}={heads}: every TP rank needs whole heads; "
                 f"choose a TP size among the divisors of {heads}"
             )
+    vpp = getattr(config, "virtual_pipeline_model_parallel_size", None)
+    vpp_layers = getattr(config, "num_layers_per_virtual_pipeline_stage", None)
+    if vpp not in (None, 1) or vpp_layers is not None:
+        raise ConfigError(
+            f"virtual pipeline stages (virtual_pipeline_model_parallel_size={vpp}, "
+            f"num_layers_per_virtual_pipeline_stage={vpp_layers}) are not supported with fcp: "
+            "under megatron's interleaved 1F1B schedule the gradients came out 3x off the "
+            "single-process reference even without rings, and fcp's variable rows fail "
+            "megatron's RoPE length check; train with plain 1F1B "
+            "(virtual_pipeline_model_parallel_size=None)"
+        )
     if getattr(config, "context_parallel_size", 1) != 1:
         raise ConfigError(
             f"context_parallel_size={config.context_parallel_size}: initialise megatron with "

@@ -85,3 +85,20 @@ def test_explicit_cache_capacity_must_hold_one_batch() -> None:
     assert cache.created == 0
     with pytest.raises(ConfigError, match="plan is for 4 replicas but the ranks hold 2"):
         CPGroupCache(ReplicaRanks(world_size=8, tensor_parallel=4)).prepare_plan(plan)
+
+
+def test_virtual_pipeline_stages_are_refused_with_the_reason() -> None:
+    """Interleaved 1F1B came out 3x off the reference: refused by check_layout and by
+    fcp_gpt_spec(vp_stage=...) instead of silently training wrong (was: accepted)."""
+    from fcp_exec.megatron import check_layout, fcp_gpt_spec
+
+    r = ReplicaRanks(world_size=8, pipeline_parallel=2)
+    c = Cluster(r.num_replicas, tokens_per_replica=64, pipeline_parallel=2, devices_per_node=8)
+    plain = _config(num_layers=4, pipeline_model_parallel_size=2, pipeline_dtype=torch.float32)
+    check_layout(plain, c, r)  # plain 1F1B passes
+    vpp = _config(num_layers=4, pipeline_model_parallel_size=2, pipeline_dtype=torch.float32,
+                  virtual_pipeline_model_parallel_size=2)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"virtual_pipeline_model_parallel_size=2.*3x off"):
+        check_layout(vpp, c, r)
+    with pytest.raises(ConfigError, match="vp_stage=1: fcp does not support virtual pipeline"):
+        fcp_gpt_spec(vpp, vp_stage=1)
