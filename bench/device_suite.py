@@ -31,6 +31,8 @@ flash-attn versions and every skipped part with its reason, and prints a table. 
 4. vision_profile: the profiler's vision encoder fit on this device (and PyAV decode).
 5. p2p and overlap: ping-pong latency / bandwidth and the share of ring transfers hidden
    behind compute at d = 2, when two or more GPUs are present (on CPU: gloo loopback).
+6. te_attention: a GPTModel with TransformerEngine's layers and FCPTEDotProductAttention
+   against fcp_gpt_spec on one packed micro-batch, when TE and megatron-core are installed.
 
 Exit status 0 when nothing failed and every exactness case is within tolerance, else 1.
 """
@@ -190,6 +192,12 @@ def _decode(p: dict[str, Any]) -> dict[str, Any]:
     return bench_video_decode(p["decode"])
 
 
+def _te(dev: torch.device) -> dict[str, Any]:
+    from _device.te_attention import bench_te_attention
+
+    return bench_te_attention(dev)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from _device.hot_path import bench_hot_path
     from _device.kernels import bench_kernels
@@ -214,6 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     _guarded("cost_profile", p["profile_min_s"], budget, lambda: _profile(dev, p), parts)
     _guarded("vision_profile", p["vision_min_s"], budget, lambda: _vision(p), parts)
     _guarded("video_decode", p["decode_min_s"], budget, lambda: _decode(p), parts)
+    _guarded("te_attention", 2.0, budget, lambda: _te(dev), parts)
     skips = [{"part": name, "reason": r["reason"]} for name, r in parts.items()
              if r.get("status") == "skipped"]  # fmt: skip
     skips += [{"part": f"kernel_d1 {s['what']}", "reason": s["reason"]}
@@ -252,6 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--degrees", default="1,2,3,4", help="ring degrees of the exactness check")
     ap.add_argument("-o", "--output", type=Path, default=RESULTS, help="the JSON to write")
+    ap.add_argument(
+        "--wheels-dir",
+        type=Path,
+        default=Path(__file__).resolve().parent / ".wheels",
+        help="wheels of packages this box lacks (bench/fetch_device_wheels.sh)",
+    )
     args = ap.parse_args(argv)  # fmt: skip
     if not args.dry_run and args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but torch.cuda.is_available() is False; use --dry-run on CPU")
@@ -264,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # packages this box lacks, from the wheels carried in bench/.wheels, before any part
     # imports them (spawned ranks inherit the path through PYTHONPATH)
-    args.wheels = activate_wheels(Path(__file__).resolve().parent / ".wheels")
+    args.wheels = activate_wheels(args.wheels_dir)
 
     t0 = time.monotonic()
     report = run(args)

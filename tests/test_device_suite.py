@@ -19,7 +19,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "bench" / "device_suite.py"
-PARTS = {"hot_path", "exactness", "p2p", "overlap", "kernel_d1", "cost_profile",
+PARTS = {"hot_path", "exactness", "p2p", "overlap", "kernel_d1", "cost_profile", "te_attention",
          "vision_profile", "video_decode"}  # fmt: skip
 # what the lent GPU box lacks (besides flash-attn, TransformerEngine and megatron-core)
 BARE = ("msgspec", "webdataset", "braceexpand", "av", "flash_attn", "flash_attn_interface",
@@ -69,6 +69,8 @@ def test_dry_run_schema_and_exactness(tmp_path: Path) -> None:
     assert r["schema"] == "fcp-device-suite/1" and r["dry_run"] is True
     assert r["device"]["kind"] == "cpu" and r["device"]["torch"] == torch.__version__
     assert set(r["parts"]) == PARTS
+    te = r["parts"].pop("te_attention")  # TransformerEngine does not install on a CPU box
+    assert te["status"] == "skipped" and "transformer_engine" in te["reason"], te
     assert all(p["status"] == "ok" for p in r["parts"].values()), r["parts"]
     _check_exactness(r["parts"]["exactness"])
     _check_hot_path(r["parts"]["hot_path"])
@@ -127,7 +129,8 @@ def test_bare_box_runs_the_hot_path_and_names_what_it_lacks(tmp_path: Path) -> N
     site.mkdir()
     (site / "sitecustomize.py").write_text(_BLOCKER.format(names=BARE))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
-    proc, r = _run(tmp_path, env=env)
+    (tmp_path / "no-wheels").mkdir()
+    proc, r = _run(tmp_path, "--wheels-dir", str(tmp_path / "no-wheels"), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     parts = r["parts"]
     _check_hot_path(parts["hot_path"])
