@@ -12,7 +12,7 @@ EXTRAS ?= all
 # 3.11): with the megatron extra, that release is installed as a 3.11 user must, past the check.
 MEGATRON_SPEC ?= megatron-core==0.19.2
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
 	@if [ ! -x $(PY) ]; then \
@@ -45,6 +45,12 @@ test: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -n 2 --durations=15
+
+# every parser fcp owns, FUZZ_SECONDS each (a short seeded pass of the same targets runs in
+# `make test`); a case found is written to out/fuzz/found/ and the exit status is 1
+FUZZ_SECONDS ?= 60
+fuzz: venv
+	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS) --json out/fuzz.json
 
 bench: venv
 	$(PY) bench/planner_quality.py

@@ -48,6 +48,14 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
+        """argparse drops a lone "--" value (`--workers=--`) and hands the flag an empty
+        list, past its type check: a TypeError deep in the command (found by the fuzzer,
+        tests/fuzz/corpus/cli_flags). One value is expected: refuse it as a bad value."""
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got '--'")
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser() -> argparse.ArgumentParser:
     from . import commands

@@ -251,6 +251,42 @@ def _mask(values: object, lens: np.ndarray) -> tuple[np.ndarray, ...]:
     return tuple(out)
 
 
+def _flag(value: object, k: int | None) -> bool:
+    """One attention flag: a bool (Python, NumPy, a 0-d bool tensor) or the integer 0 / 1."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+        return bool(value)
+    where = "causal" if k is None else f"causal[{k}]"
+    raise BatchInputError(
+        f"{where} is {value!r} ({type(value).__name__}); a causal flag is True / False (or 0 / "
+        "1): True for causal attention, False for full attention (a string such as 'no' is "
+        "not read as a flag: bool('no') is True)",
+        field="causal",
+        sequence=k,
+    )
+
+
+def _causal_flags(causal: object, shape: tuple[int, ...]) -> np.ndarray:
+    """`causal` as one bool per sequence: a single flag is broadcast; every value is checked
+    (np.asarray(["no", "yes"], dtype=bool) was [True, True])."""
+    if isinstance(causal, (str, bytes)) or not hasattr(causal, "__len__"):
+        return np.full(shape, _flag(causal, None), dtype=bool)
+    if isinstance(causal, torch.Tensor):
+        causal = causal.detach().cpu().numpy()
+    if isinstance(causal, np.ndarray):
+        if causal.ndim == 0:
+            return np.full(shape, _flag(causal.item(), None), dtype=bool)
+        if causal.dtype == np.bool_:
+            return causal.astype(bool)
+        values = causal.reshape(-1).tolist() if causal.ndim == 1 else [causal]
+    else:
+        values = list(causal)  # type: ignore[call-overload]
+    return np.array([_flag(v, k) for k, v in enumerate(values)], dtype=bool)
+
+
 def _sequence_field(name: str, values: object, n: int) -> torch.Tensor:
     entries = _per_sequence(name, values, n)
     try:
@@ -337,11 +373,7 @@ class InMemoryBatch:
         seq_fields = {
             name: _sequence_field(name, v, n) for name, v in dict(sequence_fields or {}).items()
         }
-        flags = (
-            np.broadcast_to(np.asarray(causal, dtype=bool), lens.shape)
-            if np.ndim(causal) == 0
-            else np.asarray(causal, dtype=bool)
-        )
+        flags = _causal_flags(causal, lens.shape)
         if flags.shape != lens.shape:
             raise BatchInputError(
                 f"causal has {flags.size} flags for {n} sequences; give one flag or one per "

@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from ..collate import VisionInput
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, FCPError
+from ..readers.members import effective_exts
 from ..readers.sample_source import SampleSource
 from ..vision.families import VisionTokenRule
 from ..vision.modality import Modality
@@ -98,9 +99,21 @@ class SampleEncoder(VisionEncoderMixin):
 
     def text_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
         if "npy" in sample:
+            from ..readers.index_format import NPY_ERRORS
             from ..readers.token_store import check_ids, vocab_size_of
 
-            ids = np.load(io.BytesIO(sample["npy"]), allow_pickle=False).astype(np.int64).ravel()
+            try:
+                arr = np.load(io.BytesIO(sample["npy"]), allow_pickle=False)
+            except NPY_ERRORS as exc:  # a bad sample, named as one (not tokenize.TokenError)
+                raise ValueError(
+                    f".npy token ids do not load ({type(exc).__name__}: {exc})"
+                ) from exc
+            if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(
+                    f".npy token ids must be a 1-D integer array, got {arr.dtype} with shape "
+                    f"{arr.shape}"
+                )
+            ids = arr.astype(np.int64)
             check_ids(ids, vocab_size_of(self.tokenizer))  # a bad sample, never wrong ids
             return ids
         if "txt" in sample:
@@ -154,9 +167,10 @@ class SampleEncoder(VisionEncoderMixin):
         """
         if self.store is not None and self.store.has(pos):
             return seqlen - 1  # a token store holds no chats (the build refuses them)
-        exts = _member_table(source, pos)
-        if exts is None:  # no table: no read (a replica reads only what it holds); a chat from
+        table = _member_table(source, pos)
+        if table is None:  # no table: no read (a replica reads only what it holds); a chat from
             return seqlen - 1  # such a source is refused where it is encoded (`__call__`)
+        exts = set(effective_exts(table))  # a `.json.gz` member is read as its `.json`
         if "json" not in exts or "txt" in exts or "npy" in exts:
             return seqlen - 1
         try:  # bounded like every read: a stuck read costs sample_timeout_s, never a hang
@@ -164,8 +178,13 @@ class SampleEncoder(VisionEncoderMixin):
                 f"counting the loss tokens of sample {pos}", lambda: source.read(pos)
             )
             chat = self._chat(sample, int(source.special_tokens[pos]))
-        except (ValueError, OSError, DataError):
-            return seqlen - 1  # unreadable here: the replica that holds it reports it by key
+        except ConfigError:
+            raise  # the setup's fault (no tokenizer, a missing package): never a bad sample
+        except (ValueError, OSError, FCPError):
+            # unreadable here, integrity errors included (a changed byte, a wrong range answer,
+            # a changed pipe: output): the replica that holds it reports it by key, as a
+            # counted skip under on_error="skip" (a ChecksumMismatchError escaped here before)
+            return seqlen - 1
         if chat is None or chat.targets is None:
             return seqlen - 1
         return int(chat.targets[1:].sum())

@@ -21,6 +21,7 @@ import numpy as np
 from ..collate import IGNORE_INDEX, MicroBatch, PackedShard, VisionInput, pack_shard
 from ..errors import ConfigError, DataError
 from ..planner import Cluster, CostModel, Plan, RankPlan, Wave
+from ..readers.remote import is_remote
 from ..vision.payload import PayloadParts, build_payload
 from .encode import CustomEncoder, EncodedSample, SampleEncoder
 from .read_ahead import AheadSource, ReadAhead, ReadProbe, remote_bytes
@@ -79,6 +80,11 @@ class BatchBuilder:
     index_skipped: int = 0
     read_ahead: ReadAhead | None = None
     """Remote shards: the next batch's samples fetched in the background (see `read_ahead`)."""
+    stalled: dict[str, str] = field(default_factory=dict, repr=False)
+    """Remote shards that stalled past sample_timeout_s in the batch being built (URL -> what
+    timed out): their other samples in that batch fail at once instead of each waiting out
+    its own whole limit (a stalled server answered none of 4 samples in 18 s at a 3 s limit).
+    Reset at every build, so a server that recovers is read again in the next batch."""
 
     def plan(self, ids: np.ndarray) -> Plan:
         seqlens = np.asarray(self.source.seqlens)[ids].astype(np.int64)
@@ -117,13 +123,43 @@ class BatchBuilder:
         )
         return {"vision": work}
 
+    def _remote_shard(self, pos: int) -> str | None:
+        """The URL of sample `pos`'s shard when it is remote (a stall there is the server's,
+        shared by every sample of the shard), else None."""
+        url = getattr(self.source, "shard_url", None)
+        if not callable(url):
+            return None
+        try:
+            shard = str(url(pos))
+        except (IndexError, ValueError, TypeError):
+            return None
+        return shard if is_remote(shard) else None
+
+    def _limited(self, what: str, pos: int, fn: Callable[[], Any]) -> Any:
+        """`fn()` under the sample time limit; a remote shard that stalled earlier in this
+        batch fails at once (SampleTimeout naming the earlier stall), and one that stalls now
+        is remembered for the rest of the batch."""
+        shard = self._remote_shard(pos)
+        if shard is not None and shard in self.stalled:
+            raise SampleTimeout(
+                f"{what} was not tried: its shard {shard} stalled earlier in this global batch "
+                f"({self.stalled[shard]}); the next batch reads the shard again"
+            )
+        try:
+            return self.time_limit(what, fn)
+        except SampleTimeout:
+            if shard is not None:
+                limit = self.time_limit.seconds
+                self.stalled[shard] = f"{what} did not finish within sample_timeout_s={limit:g} s"
+            raise
+
     def _read(self, pos: int, planned: int) -> tuple[EncodedSample, str | None]:
         """Sample at index position `pos`, or (padding, reason) when skipping a bad one; its
         members come from the read-ahead when it holds them (read and checked alike)."""
         key = str(self.source.keys[pos])
         src = self._reading()
         try:
-            enc = self.time_limit(f"reading sample {key!r}", lambda: self.encoder(src, pos))
+            enc = self._limited(f"reading sample {key!r}", pos, lambda: self.encoder(src, pos))
         except Exception as e:  # any reader/decoder failure is this sample's, named by key
             return self._bad(key, pos, planned, e)
         if len(enc.tokens) != planned:
@@ -165,8 +201,15 @@ class BatchBuilder:
         if count is None:
             return int(sum(int(seqlens[s]) - 1 for s in planned))
         if isinstance(self.encoder, SampleEncoder):  # a chat it must read: bounded
-            limit = ReadProbe.call if isinstance(src, ReadProbe) else self.time_limit
-            return int(sum(count(src, int(ids[s]), int(seqlens[s]), limit) for s in planned))
+
+            def limit(pos: int) -> Callable[[str, Callable[[], Any]], Any]:
+                if isinstance(src, ReadProbe):
+                    return ReadProbe.call
+                return lambda what, fn: self._limited(what, pos, fn)
+
+            return int(
+                sum(count(src, int(ids[s]), int(seqlens[s]), limit(int(ids[s]))) for s in planned)
+            )
         return int(sum(count(src, int(ids[s]), int(seqlens[s])) for s in planned))
 
     def _vision_payload(
@@ -427,6 +470,7 @@ class BatchBuilder:
         builds next (b + W in worker w of W), whose remote samples the read-ahead fetches while
         this one is decoded (None: none, e.g. at the epoch's end)."""
         ids = self.sampler.batch(epoch, batch_index, order)
+        self.stalled.clear()  # a server that stalled in the last batch is tried again
         t0 = time.perf_counter()
         early = (
             None if self.read_ahead is None else self.read_ahead.early_plan(epoch, batch_index, ids)

@@ -19,7 +19,14 @@ from ..errors import DataError
 from .global_batch import BatchBuilder, PlannedBatch
 from .handoff import one_buffer
 from .options import LoaderOptions
-from .workers import WORKER_FAULTS, WorkerEnd, is_worker_fault, stop_workers, worker_failure
+from .workers import (
+    WORKER_FAULTS,
+    ReceiveWatchdog,
+    WorkerEnd,
+    is_worker_fault,
+    stop_workers,
+    worker_failure,
+)
 
 __all__ = ["POLL_S", "planned_batches"]
 
@@ -83,19 +90,50 @@ def planned_batches(
         timeout=min(opts.timeout_s, POLL_S) if opts.timeout_s > 0 else POLL_S,
         multiprocessing_context=opts.multiprocessing_context,
     )
+    it = iter(dl)
+    dog = None
+    if opts.timeout_s > 0:  # torch's receive itself has no timeout: a frozen sender ends here
+        dog = ReceiveWatchdog(
+            opts.timeout_s + min(opts.timeout_s, POLL_S),
+            lambda: list(getattr(it, "_workers", [])),
+        )
+    try:
+        yield from _receive(it, dog, builder, epoch, start, stop, prefetch_factor, opts)
+    finally:
+        if dog is not None:
+            dog.close()
+
+
+def _receive(
+    it: Iterator[PlannedBatch],
+    dog: ReceiveWatchdog | None,
+    builder: BatchBuilder,
+    epoch: int,
+    start: int,
+    stop: int,
+    prefetch_factor: int,
+    opts: LoaderOptions,
+) -> Iterator[PlannedBatch]:
+    """torch's batches in order, every fault of a worker turned into one named DataError."""
     pending: dict[int, PlannedBatch] = {}
     nxt = start
-    it = iter(dl)
     waited_since = time.monotonic()
     while True:
+        if dog is not None:
+            dog.arm()
         try:
-            pb = next(it)
+            try:
+                pb = next(it)
+            finally:  # at once: the shutdown below must not be taken for a frozen receive
+                if dog is not None:
+                    dog.disarm()
         except StopIteration:
             break
-        except WORKER_FAULTS as e:
-            if not is_worker_fault(e):
+        except Exception as e:
+            frozen = dict(dog.fired) if dog is not None else {}  # killed: any error it caused
+            if not frozen and not (isinstance(e, WORKER_FAULTS) and is_worker_fault(e)):
                 raise  # the worker's own exception (a bad sample's SampleReadError, ...)
-            silent = "DataLoader timed out after" in str(e)
+            silent = "DataLoader timed out after" in str(e) and not frozen
             waited = time.monotonic() - waited_since
             if silent and (opts.timeout_s == 0 or waited < opts.timeout_s):
                 continue  # a slice of the wait passed and every worker is alive
@@ -118,6 +156,7 @@ def planned_batches(
                 replica=builder.replica,
                 own_keys=lambda b: builder.own_keys(epoch, b),
                 timeout_s=opts.timeout_s if silent else None,
+                frozen=frozen,
             ) from e
         waited_since = time.monotonic()
         pending[pb.batch_index] = pb  # torch returns workers' items round-robin

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from ..readers.abandon import AbandonableThread
 from ..readers.remote import RemoteReader, is_remote
 
 __all__ = [
@@ -77,9 +78,9 @@ slicing, ~1 GB/s) overlap the next chunk's requests; more would add GIL contenti
 
 JOIN_S = 10.0
 """Seconds `close()` waits for each thread. An idle thread leaves at once; one inside a request
-finishes it first (a loopback or datacenter round trip: milliseconds). One stuck on a stalled
-server (up to `RemoteOptions.stall_timeout_s`, 60 s, per attempt) is left to end on its own: a
-daemon thread whose result is dropped."""
+has it cancelled first (`readers.abandon`: the connection is closed), so a thread stuck on a
+stalled server ends within milliseconds too (it used to cost JOIN_S per thread: 20 s at the
+end of an inline epoch behind a stalled server); the limit is only a last resort."""
 
 _QUEUED, _RUNNING, _READY = 0, 1, 2
 
@@ -145,7 +146,7 @@ class _Pool:
             self.share = max(1, -(-len(self.queue) // self.nthreads))
             if self.queue and not self.threads:
                 self.threads = [
-                    threading.Thread(target=self._serve, name=f"fcp-read-ahead-{i}", daemon=True)
+                    AbandonableThread(self._serve, f"fcp-read-ahead-{i}")
                     for i in range(self.nthreads)
                 ]
                 for t in self.threads:
@@ -202,6 +203,8 @@ class _Pool:
                     self._drop(pos, e)
             self.cond.notify_all()
             threads = list(self.threads)
+        for t in threads:  # a request in flight is cancelled, not waited out (was JOIN_S each)
+            t.abandon("the read-ahead was closed")
         for t in threads:
             if t is not threading.current_thread():
                 t.join(join_s)

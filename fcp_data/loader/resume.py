@@ -196,8 +196,12 @@ def resume_point(
     batch, wave = s.batch, s.wave
     g = sampler.global_batch_size
     if s.global_batch_size != g:
-        consumed = s.batch * s.global_batch_size
-        batch, wave = consumed // g, 0
+        # at most the epoch's samples (a last short batch, or a state saved at the epoch's
+        # end under a batch size past the sample count: 1 x 10^9 consumed from 5 samples put
+        # the loader at batch 5 x 10^8 of 3, whose own state it then refused; found by the
+        # fuzzer, tests/fuzz/corpus/resume_state)
+        consumed = min(s.batch * s.global_batch_size, s.num_samples)
+        batch, wave = min(consumed // g, sampler.num_batches()), 0
         warnings.warn(
             f"global_batch_size changed on resume ({s.global_batch_size} -> {g}): "
             f"continuing at batch {batch} of the new size ({consumed} samples were "

@@ -6,7 +6,9 @@ thread and waits at most `seconds`: past it the caller gets `SampleTimeout` (the
 it into a skipped or raised bad sample, by key) and the stuck thread is abandoned: Python cannot
 kill a thread, so it is a daemon that dies with the process, and the next call starts a fresh
 one. Signals (SIGALRM) were not used: they cannot interrupt C code (FFmpeg) that never returns
-to the interpreter, and they only work in the main thread.
+to the interpreter, and they only work in the main thread. What an abandoned thread waits on
+is ended, though (`fcp_data.readers.abandon`): a `pipe:` command is killed with its children and
+an HTTP range request is cancelled, so neither outlives the sample that gave up on it.
 
 The hand-off costs a few tens of microseconds per sample, small next to reading one.
 
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import DataError
+from ..readers.abandon import AbandonableThread
 from .workers import WorkerBoard
 
 __all__ = ["SampleTimeLimit", "SampleTimeout"]
@@ -44,7 +47,7 @@ class _Worker:
             queue.SimpleQueue()
         )
         self.pid = os.getpid()
-        self.thread = threading.Thread(target=self._serve, name="fcp-sample-reader", daemon=True)
+        self.thread = AbandonableThread(self._serve, "fcp-sample-reader")
         self.thread.start()
 
     def _serve(self) -> None:
@@ -98,10 +101,12 @@ class SampleTimeLimit:
         w.jobs.put((fn, box, done))
         if not done.wait(self.seconds):
             self._worker = None  # abandon the stuck thread; the next call gets a fresh one
+            why = f"{what} did not finish within sample_timeout_s={self.seconds:g} s"
+            w.thread.abandon(why)  # ends what it waits on: a pipe: command, a range request
             raise SampleTimeout(
-                f"{what} did not finish within sample_timeout_s={self.seconds:g} s (a hung "
-                "read or decoder); raise LoaderOptions.sample_timeout_s if such samples are "
-                "legitimately slow"
+                f"{why} (a hung read or decoder; what it waited on, a pipe: command or a "
+                "range request, was ended); raise LoaderOptions.sample_timeout_s if such "
+                "samples are legitimately slow"
             )
         ok, value = box[0]
         if not ok:

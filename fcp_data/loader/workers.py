@@ -26,6 +26,7 @@ import re
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -35,6 +36,7 @@ from ..errors import DataError
 
 __all__ = [
     "WORKER_FAULTS",
+    "ReceiveWatchdog",
     "WorkerBoard",
     "WorkerEnd",
     "is_worker_fault",
@@ -189,6 +191,102 @@ def _doing(
     return f"; it had been {what}{where} for {ago:.1f} s{bound}", key
 
 
+def _children(pid: int) -> list[int]:
+    """The pids of `pid`'s descendants, deepest last (Linux /proc; elsewhere none)."""
+    parents: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat.rsplit(b")", 1)[-1].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            parents.setdefault(int(fields[1]), []).append(int(name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and its descendants; a descendant that leads its own process group
+    (a `pipe:` command started in its own session) takes its whole group with it."""
+    for child in [*_children(pid), pid]:
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            if child != pid and os.getpgid(child) == child:
+                os.killpg(child, signal.SIGKILL)
+            else:
+                os.kill(child, signal.SIGKILL)
+
+
+class ReceiveWatchdog:
+    """Bounds one wait of the main process for a batch from its DataLoader workers.
+
+    torch waits on its result queue with a timeout (`LoaderOptions.timeout_s`, in slices), but
+    once a message starts to arrive its receive has none: a worker frozen mid-send (a C call
+    holding the GIL, a stopped process) leaves a half-read message or an unanswered request for
+    a tensor's file descriptor, and the main process waits forever. The watchdog, a daemon
+    thread, is armed around each `next()` on torch's iterator; a wait longer than `limit_s`
+    (timeout_s plus one polling slice, 605 s by default) kills the worker processes and their
+    children with SIGKILL, which ends the blocked receive with an error the loader names
+    (`fired`: pid -> seconds it had waited). A normal wait never comes near the limit: torch
+    returns or times out within one slice.
+    """
+
+    def __init__(self, limit_s: float, processes: Callable[[], Sequence[Any]]) -> None:
+        self.limit_s, self._processes = limit_s, processes
+        self.fired: dict[int, float] = {}
+        self._cond = threading.Condition()
+        self._since: float | None = None
+        self._stop = False
+        self._thread = threading.Thread(
+            target=self._watch, name="fcp-receive-watchdog", daemon=True
+        )
+        self._thread.start()
+
+    def arm(self) -> None:
+        with self._cond:
+            self._since = time.monotonic()
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._since = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout=5.0)
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._stop:
+                if self._since is None:
+                    self._cond.wait()
+                    continue
+                waited = time.monotonic() - self._since
+                if waited < self.limit_s:
+                    self._cond.wait(self.limit_s - waited)
+                    continue
+                for proc in self._processes():
+                    pid = getattr(proc, "pid", None)
+                    if pid is not None and proc.exitcode is None:
+                        self.fired[int(pid)] = waited
+                        kill_tree(int(pid))
+                self._since = None
+
+
 def is_worker_fault(err: BaseException) -> bool:
     """True for a dead or silent worker; False for an exception the worker itself raised
     (torch re-raises those with "Caught ... in DataLoader worker process N" in the text)."""
@@ -243,6 +341,7 @@ def worker_failure(
     replica: int,
     own_keys: Callable[[int], list[str]],
     timeout_s: float | None = None,
+    frozen: dict[int, float] | None = None,
 ) -> DataError:
     """One DataError for a dead or silent worker (see the module docstring).
 
@@ -259,6 +358,9 @@ def worker_failure(
     if timeout_s is not None:  # silent: the worker owing the awaited batch, and any crash
         dead = [w for w in died if w in failed or w == owing]
         suspects = sorted({owing, *failed})
+    elif frozen:  # the watchdog killed them: they are the suspects, not an OOM killer
+        dead = [w for w, p in enumerate(processes) if p.pid in frozen]
+        suspects = dead
     else:
         dead = failed or died
         if not dead:  # died as torch noticed: SIGKILL/crash, not our SIGTERM
@@ -274,7 +376,14 @@ def worker_failure(
         mine = mine[:prefetch_factor]
         p = processes[w] if w < len(processes) else WorkerEnd(None, None, False)
         after = ""
-        if w in dead:
+        if frozen and p.pid in frozen:
+            how = (
+                f"froze: the main process had been receiving one of its batches for "
+                f"{frozen[p.pid]:.1f} s without getting it (a worker holding the GIL or stopped "
+                "cannot answer torch's receive, which has no timeout), so the loader's watchdog "
+                "killed it and its children with SIGKILL"
+            )
+        elif w in dead:
             how = _how(p.exitcode)
         elif timeout_s is not None:
             how = "hung"

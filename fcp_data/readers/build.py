@@ -24,7 +24,13 @@ import numpy as np
 from ..errors import ConfigError
 from ..progress import Progress
 from .checksum import MemberHasher, pipe_fingerprint
-from .errors import ErrorPolicy, SkippedSample, TooManyFailures
+from .errors import (
+    EmptyIndexError,
+    ErrorPolicy,
+    SkippedSample,
+    TooManyFailures,
+    empty_scan_message,
+)
 from .index_format import (
     CHECKSUM_ARRAY,
     CHECKSUM_DTYPE,
@@ -195,6 +201,7 @@ def build_index(
     workers: int = 1,
     progress: bool = False,
     store_tokens: bool = False,
+    allow_empty: bool = False,
 ) -> LengthIndex:
     """Scan `shards` (paths, globs, braces, pipe:) and write an index directory at `out`.
 
@@ -202,6 +209,8 @@ def build_index(
     Raises SampleError (on_error="raise") or TooManyFailures; otherwise skipped samples are
     listed in `index.skipped`. `store_tokens` also writes every text sample's ids, captured
     while the workers count them, into a token store beside the index (readers.token_store).
+    A scan that finds no sample raises EmptyIndexError naming the skips and writes nothing,
+    unless `allow_empty` (an empty source meant for a Blend at weight 0, say).
     """
     from fcp_data import __version__
 
@@ -257,6 +266,12 @@ def build_index(
     if bar is not None:
         bar.__exit__(None, None, None)
     _check_runs(results, policy)
+    if not allow_empty and not any(r.records for r in results):
+        raise EmptyIndexError(
+            empty_scan_message(
+                f"No index was written at {out}.", urls, [s for r in results for s in r.skipped]
+            )
+        )
 
     def rel(url: str) -> str:
         if not is_seekable(url):

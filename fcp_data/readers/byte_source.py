@@ -68,6 +68,7 @@ class ByteSource:
         self._buf = bytearray()
         self._eof = False
         self.stalled = False  # set when a read ran past timeout_s
+        self.aborted: str | None = None  # why `abort` ended the source early
         self.size = os.fstat(file.fileno()).st_size if file is not None else -1
 
     @property
@@ -136,6 +137,13 @@ class ByteSource:
                 break
             done += step
         return done
+
+    def abort(self, reason: str) -> None:
+        """End a command now, from any thread (its caller gave up: `reason`): its process
+        group is killed, so a read blocked on it returns at the end of its output."""
+        self.aborted = reason
+        if self._proc is not None:
+            _kill_group(self._proc)
 
     def close(self, *, drained: bool) -> str | None:
         """Release the source; for a command, a reason when its exit status is not 0.

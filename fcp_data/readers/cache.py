@@ -15,7 +15,9 @@ Rules:
 * the command is read through `select` under the index's `stream_timeout_s` (60 s by default):
   a command that goes quiet is killed with its children and the copy discarded, and the
   failure is remembered for the shard in this process, so the other samples of that shard
-  fail at once instead of each costing a whole sample_timeout_s;
+  fail at once instead of each costing a whole sample_timeout_s; a sample that gives up on the
+  copy first (its `sample_timeout_s`, shorter than the stall limit) ends the command and its
+  children at once (`readers.abandon`), with the same effect;
 * a finished copy is checked against the index's member checksums before it is used
   (`verify`): a command whose output changed since indexing is named, not loaded.
 
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, StaleIndexError
+from .abandon import on_abandon
 from .byte_source import open_source
 
 __all__ = ["CacheFullError", "ShardCache", "default_cache_dir"]
@@ -112,6 +115,7 @@ class ShardCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f"{path.name}.partial-{os.getpid()}")
         src = open_source(url, timeout_s=timeout_s)  # own session, select-bounded reads
+        unhook = on_abandon(src.abort)  # a sample that gives up on the copy ends the command
         size, ok, drained = 0, False, False
         try:
             with open(part, "wb") as out:
@@ -123,6 +127,15 @@ class ShardCache:
                             f"({self.directory}); raise the limit or index local copies"
                         )
                     out.write(chunk)
+            if src.aborted is not None:
+                drained = True  # killed already: close() only reaps it
+                src.close(drained=False)
+                raise DataError(
+                    f"{url}: the command stalled after {size} bytes and was ended ({src.aborted}"
+                    "): it and its children were killed and the partial copy discarded, so the "
+                    "other samples of this shard fail at once in this process; check the "
+                    "command, or raise LoaderOptions.sample_timeout_s if it is only slow"
+                )
             drained = True
             status = src.close(drained=True)
             if status is not None:
@@ -139,6 +152,7 @@ class ShardCache:
                 ) from exc
             raise
         finally:
+            unhook()
             if not drained:
                 src.close(drained=False)  # kills the command and its children
             if not ok:

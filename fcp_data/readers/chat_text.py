@@ -55,6 +55,11 @@ def check_loss_roles(roles: Any) -> tuple[str, ...]:
 def check_text_chat(turns: Sequence[dict[str, Any]]) -> None:
     """ValueError (one bad sample) naming the turn whose role or content cannot be rendered."""
     for i, t in enumerate(turns):
+        if not isinstance(t, dict):  # was an AttributeError ("'int' object has no attribute")
+            raise ValueError(
+                f"chat turn {i} is {t!r:.40} ({type(t).__name__}); each turn must be an object "
+                "with a role and a string content"
+            )
         role = t.get("role", t.get("from"))
         if not isinstance(role, str) or role not in ROLES:
             raise ValueError(

@@ -23,6 +23,7 @@ from ..errors import ConfigError, DataError, SampleError
 __all__ = [
     "SAME_ERROR_HEAD",
     "CompressedShardError",
+    "EmptyIndexError",
     "ErrorPolicy",
     "FailureLog",
     "SampleError",
@@ -39,6 +40,28 @@ class TooManyFailures(DataError):
     """Raised after `max_consecutive_failures` bad samples in a row."""
 
 
+class EmptyIndexError(DataError):
+    """A scan that found no sample at all: every one was skipped, or the shards hold none.
+
+    An index of 0 samples used to be written with exit status 0, so a typo in a field name or a
+    0-byte shard looked like success; the error lists the skips that explain it.
+    """
+
+
+def empty_scan_message(what: str, urls: list[str], skipped: list[SkippedSample]) -> str:
+    """Why a scan of `urls` gave no sample: the shards and the first skips, and the fix."""
+    shards = ", ".join(urls[:3]) + (f" and {len(urls) - 3} more" if len(urls) > 3 else "")
+    if skipped:
+        first = "; ".join(f"{s.shard}: {s.key!r}: {s.reason}" for s in skipped[:3])
+        why = f"all {len(skipped)} skipped ({first}{'; ...' if len(skipped) > 3 else ''})"
+    else:
+        why = "the shards hold no sample"
+    return (
+        f"no sample to index in {shards}: {why}. {what + ' ' if what else ''}Fix what the "
+        "reasons name (the shards, --text-field, the tokenizer)"
+    )
+
+
 class CompressedShardError(DataError):
     """A compressed shard (`.tar.gz`, or gzip/bzip2/xz/zstd/lz4 magic bytes): refused.
 
@@ -49,10 +72,14 @@ class CompressedShardError(DataError):
     def __init__(self, url: str, fmt: str) -> None:
         tool = _DECOMPRESS.get(fmt, f"{fmt} -dc")
         super().__init__(
-            f"{url}: {fmt}-compressed shard; compressed shards are unsupported because fcp "
-            "reads each member by seeking to its byte offset, which needs an uncompressed tar. "
-            f"Decompress it ({tool} SHARD > SHARD.tar), or stream it without an index as "
-            f"'pipe:{tool} SHARD'"
+            f"{url}: {fmt}-compressed shard. fcp reads a member by seeking to its byte offset "
+            "in the shard, which a compressed stream does not allow. Either decompress it once "
+            f"({tool} SHARD > SHARD.tar) and index the .tar (members read by offset, like any "
+            f"tar), or index it as 'pipe:{tool} SHARD', as webdataset streams it: such a shard "
+            "has no byte ranges, so before its first sample is read the loader decompresses "
+            "it whole into the shard cache (~/.cache/fcp/shards; once per host, the disk of "
+            "the whole tar) and the index runs the command only when opened with "
+            "LoaderOptions(allow_pipe=True) or LengthIndex.open(..., allow_pipe=True)"
         )
         self.url, self.fmt = url, fmt
 
@@ -64,6 +91,42 @@ class SkippedSample(msgspec.Struct, frozen=True, array_like=True):
     shard: str
     key: str
     reason: str
+
+
+_NOTHING_TO_COUNT = "include no text"  # the scanner's reason for a sample without a payload
+
+
+def same_error_message(head: list[SkippedSample]) -> str:
+    """Why the first samples of a scan all failed alike, with advice that fits the reason.
+
+    The reasons are compared with their numbers masked (byte offsets, line numbers differ from
+    sample to sample), so the message quotes the first and the last verbatim rather than
+    calling them "the same"; a sample that holds nothing fcp counts is a matter of the
+    shards' layout, which no setting fixes.
+    """
+    first, last = head[0], head[-1]
+    same = first.reason == last.reason
+    quoted = (
+        f"{last.shard}: {last.key!r}: {last.reason}"
+        if same
+        else f"first {first.shard}: {first.key!r}: {first.reason}; last {last.shard}: "
+        f"{last.key!r}: {last.reason}"
+    )
+    kind = "the same error" if same else "errors that differ only in their numbers"
+    if _NOTHING_TO_COUNT in last.reason:
+        advice = (
+            "these shards hold samples with no member fcp can count: it counts text in .txt, "
+            ".json (its --text-field) or .npy members (also gzipped: .txt.gz, .json.gz), "
+            "images (.jpg, .png, .webp) and videos (.mp4, .mkv, .webm, .mov, .avi); rename "
+            "the members or re-create the shards"
+        )
+    else:
+        advice = (
+            "when every sample fails alike the cause is usually the setup (a missing "
+            "package, a wrong --text-field, the wrong tokenizer) rather than the data: fix "
+            "what the reason names, or remove these samples from the shards"
+        )
+    return f"the first {len(head)} samples all failed with {kind} ({quoted}); {advice}"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -102,14 +165,10 @@ class FailureLog:
         self.skipped.append(SkippedSample(shard, key, reason))
         self.consecutive += 1
         if not self.seen_ok and self.consecutive == SAME_ERROR_HEAD:
-            reasons = {re.sub(r"\d+", "#", s.reason) for s in self.skipped[-SAME_ERROR_HEAD:]}
+            head = self.skipped[-SAME_ERROR_HEAD:]
+            reasons = {re.sub(r"\d+", "#", s.reason) for s in head}
             if len(reasons) == 1:
-                raise TooManyFailures(
-                    f"the first {SAME_ERROR_HEAD} samples all failed with the same error "
-                    f"(last: {shard}: {key!r}: {reason}); this is a configuration problem, not "
-                    "bad data: fix the setup (a missing package, a wrong text field) or remove "
-                    "these samples from the shards"
-                )
+                raise TooManyFailures(same_error_message(head))
         if self.consecutive >= self.policy.max_consecutive_failures:
             raise TooManyFailures(
                 f"{self.consecutive} consecutive bad samples (last: {shard}: {key!r}: {reason}); "

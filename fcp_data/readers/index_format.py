@@ -8,6 +8,7 @@ are addressed by `member_start[i] : member_start[i] + member_count[i]`.
 from __future__ import annotations
 
 import hashlib
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "FORMAT_VERSION",
     "HEADER_NAME",
     "MEMBER_ARRAYS",
+    "NPY_ERRORS",
     "READ_FORMAT_VERSIONS",
     "SAMPLE_ARRAYS",
     "SOURCES_FORMAT_VERSION",
@@ -32,6 +34,11 @@ __all__ = [
     "index_fingerprint",
     "load_arrays",
 ]
+
+NPY_ERRORS = (ValueError, OSError, EOFError, SyntaxError, TypeError, tokenize.TokenError)
+"""What `np.load` raises for bytes that are no .npy: numpy parses the header's dict with the
+`tokenize` module, so a flipped byte there raised tokenize.TokenError, past every handler
+that expected ValueError (found by the fuzzer: tests/fuzz/corpus/index_arrays)."""
 
 FORMAT_VERSION = 1
 # an index with a shard that is not a tar (JSON Lines, Parquet, Arrow, megatron .bin/.idx) is
@@ -126,7 +133,7 @@ def load_arrays(path: Path, header: IndexHeader, *, full: bool = True) -> dict[s
             a = np.load(f, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError as exc:
             raise IndexMismatchError(f"{f} is missing from the index; {rebuild}") from exc
-        except (ValueError, OSError, EOFError) as exc:  # truncated or not a .npy file
+        except NPY_ERRORS as exc:  # truncated or not a .npy file
             raise IndexMismatchError(f"{f} is truncated or corrupt ({exc}); {rebuild}") from exc
         want = SAMPLE_ARRAYS.get(name) or MEMBER_ARRAYS.get(name)
         kind_ok = a.dtype == np.dtype(want) if want else a.dtype.kind == "U"
@@ -140,7 +147,7 @@ def load_arrays(path: Path, header: IndexHeader, *, full: bool = True) -> dict[s
     if crc_file.is_file():  # optional: indexes built before it load without checks
         try:
             crc = np.load(crc_file, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
+        except NPY_ERRORS as exc:
             raise IndexMismatchError(
                 f"{crc_file} is truncated or corrupt ({exc}); {rebuild}"
             ) from exc

@@ -295,7 +295,7 @@ class LengthIndex:
             got = self._shard_access().read(i, url, exts)
             if isinstance(got, dict):
                 self._check_members(i, url, got)
-                return present(fmt, entry.meta, got)
+                return present(fmt, entry.meta, got, limit=self.header.scan.stream_max_bytes)
             url = got  # a pipe: shard's local copy
         elif fmt in ("jsonl.gz", "jsonl.zst"):
             url = self._decompressed(shard, url, fmt)
@@ -319,7 +319,7 @@ class LengthIndex:
                 )
             out[ext] = data
         self._check_members(i, url, out)
-        return present(fmt, entry.meta, out)
+        return present(fmt, entry.meta, out, limit=self.header.scan.stream_max_bytes)
 
     def _table(self, shard: int, url: str, fmt: str) -> Any:
         """The row reader of a Parquet / Arrow shard (LRU of MAX_OPEN_SHARDS per process)."""
@@ -345,7 +345,18 @@ class LengthIndex:
 
             cache = self.shard_cache
             directory = cache.directory if cache is not None else default_cache_dir()
-            path = decompressed_copy(url, fmt, self.header.shards[shard].fingerprint, directory)
+            v = self._v  # the copy stops at the end of the shard's last indexed line
+            rows = np.flatnonzero(np.asarray(v["shard"]) == shard)
+            end = 0
+            if rows.size:
+                last = int(v["member_start"][rows[-1]]) + int(v["member_count"][rows[-1]])
+                first = int(v["member_start"][rows[0]])
+                ends = np.asarray(v["member_offset"][first:last], dtype=np.int64) + np.asarray(
+                    v["member_size"][first:last], dtype=np.int64
+                )
+                end = int(ends.max()) if ends.size else 0
+            fingerprint = self.header.shards[shard].fingerprint
+            path = decompressed_copy(url, fmt, fingerprint, directory, end=end)
             self._copies[shard] = path
         return path
 

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from ..errors import DataError, MissingDependencyError, StaleIndexError
 from ..optional import require
+from .abandon import abandoned, on_abandon
 from .byte_source import READ_CHUNK, ByteSource
 
 __all__ = [
@@ -137,15 +138,40 @@ def _fatal(exc: BaseException, url: str) -> RemoteAccessError | None:
     return None
 
 
+def _on_loop(loop: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` awaited on fsspec's event loop from this thread (as fsspec's `sync`), but
+    cancelled, which closes its connections, when the thread is abandoned by a sample's time
+    limit (`readers.abandon`): a stalled request no longer outlives the sample that gave up."""
+    future = asyncio.run_coroutine_threadsafe(fn(*args), loop)
+    unhook = on_abandon(lambda _why: future.cancel())
+    try:
+        return future.result()
+    finally:
+        unhook()
+
+
+def _given_up(url: str) -> DataError | None:
+    """The error for a read on a thread its caller abandoned (no retry, no new request)."""
+    why = abandoned()
+    if why is None:
+        return None
+    return DataError(f"{url}: the read was ended: {why}")
+
+
 def with_retries(fn: Callable[[], T], url: str, options: RemoteOptions) -> T:
-    """`fn()` retried on transient failures with exponential backoff; 4xx raise at once."""
+    """`fn()` retried on transient failures with exponential backoff; 4xx raise at once; a
+    thread abandoned by its sample's time limit stops at once instead of retrying."""
     delay = options.backoff_s
     for attempt in range(options.retries + 1):
+        if (stop := _given_up(url)) is not None:
+            raise stop
         try:
             return fn()
         except (MissingDependencyError, StaleIndexError, RemoteAccessError):
             raise  # RangeAnswerError too: a server that ignores or misanswers ranges does it again
         except Exception as exc:  # aiohttp, botocore and OSError faults all land here
+            if (stop := _given_up(url)) is not None:
+                raise stop from exc
             fatal = _fatal(exc, url)
             if fatal is not None:
                 raise fatal from exc
@@ -387,8 +413,6 @@ class RemoteReader:
         again by `_check`, which retries it and raises the error naming the shard."""
         todo = [u for u in dict.fromkeys(urls) if u not in self._checked and self.expected.get(u)]
         if len(todo) > 1:
-            sync = require("fsspec.asyn", "remote shard reads").sync
-
             stall = self.options.stall_timeout_s
 
             async def run(group: list[str]) -> list[Any]:
@@ -403,7 +427,7 @@ class RemoteReader:
                 by_scheme.setdefault(u.partition("://")[0].lower(), []).append(u)
             for group in by_scheme.values():
                 try:
-                    infos = sync(remote_filesystem(group[0], self.options).loop, run, group)
+                    infos = _on_loop(remote_filesystem(group[0], self.options).loop, run, group)
                 except Exception:  # the event loop itself: `_check` below asks one at a time
                     continue
                 for u, info in zip(group, infos):
@@ -420,15 +444,12 @@ class RemoteReader:
 
     def fetch(self, url: str, a: int, b: int) -> bytes:
         """Bytes a..b of `url`, verified, retried on transient faults (`with_retries`)."""
-        sync = require("fsspec.asyn", "remote shard reads").sync
-
         fs = remote_filesystem(url, self.options)
-        return with_retries(lambda: sync(fs.loop, self._one, url, a, b), url, self.options)
+        return with_retries(lambda: _on_loop(fs.loop, self._one, url, a, b), url, self.options)
 
     def _fetch_many(self, spans: list[tuple[str, int, int]]) -> list[bytes | BaseException]:
         """Spans fetched concurrently (32 at a time), once each: a failure comes back as the
         exception, for `read` to retry and name."""
-        sync = require("fsspec.asyn", "remote shard reads").sync
 
         async def run() -> list[bytes | BaseException]:
             gate = asyncio.Semaphore(32)
@@ -440,7 +461,7 @@ class RemoteReader:
             return await asyncio.gather(*(one(*s) for s in spans), return_exceptions=True)
 
         fs = remote_filesystem(spans[0][0], self.options)
-        return sync(fs.loop, run)
+        return _on_loop(fs.loop, run)
 
     @staticmethod
     def span(members: dict[str, tuple[int, int]], exts: Sequence[str] | None) -> tuple[int, int]:

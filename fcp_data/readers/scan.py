@@ -22,6 +22,7 @@ from ..vision.families import VisionTokenRule, get_rule
 from ..vision.modality import IMAGE_EXTS, MODALITIES, VIDEO_EXTS, Modality
 from .errors import ErrorPolicy, FailureLog
 from .media_meta import VideoMeta, decode_json_object, image_size, video_meta_from_fields
+from .members import GZ_INNER, gunzip_members
 from .probe import BACKENDS, Prober, ProbeTimeout
 from .shards import (
     STREAM_MAX_BYTES,
@@ -108,7 +109,7 @@ class SampleRecord(msgspec.Struct, kw_only=True):
             from .sources import present
 
             out = present("megatron", {"dtype": self.dtype}, out)
-        return out
+        return gunzip_members(out, STREAM_MAX_BYTES)
 
 
 def _column_limits() -> dict[str, tuple[int, int]]:
@@ -176,7 +177,7 @@ def check_scan_config(config: ScanConfig) -> None:
 
 
 def _load_ext(ext: str) -> bool:
-    return ext in TEXT_EXTS or ext in IMAGE_EXTS
+    return ext in TEXT_EXTS or ext in IMAGE_EXTS or ext in GZ_INNER
 
 
 class Scanner:
@@ -322,11 +323,22 @@ class Scanner:
             )
         return self._prober.probe(data)
 
-    def record(self, url: str, raw: RawSample) -> SampleRecord:
-        """One raw sample to a record; ValueError says why the sample is unusable."""
-        c, exts = self.config, raw.members
-        keep = raw.payload if not is_seekable(url) else None
-        common = {"key": raw.key, "url": url, "members": dict(raw.members), "payload": keep}
+    def record(self, url: str, stored: RawSample) -> SampleRecord:
+        """One raw sample to a record; ValueError says why the sample is unusable.
+
+        Gzipped text members (`.txt.gz`, ...) are counted from their gunzipped bytes, as
+        webdataset decodes them; the record keeps the members as stored (members.py)."""
+        c = self.config
+        keep = stored.payload if not is_seekable(url) else None
+        common = {"key": stored.key, "url": url, "members": dict(stored.members), "payload": keep}
+        raw = stored
+        if any(e in GZ_INNER for e in stored.members):
+            raw = RawSample(
+                key=stored.key,
+                members={GZ_INNER.get(e, e): v for e, v in stored.members.items()},
+                payload=gunzip_members(stored.payload, c.stream_max_bytes),
+            )
+        exts = raw.members
         vext = next((e for e in VIDEO_EXTS if e in exts), None)
         if vext is not None:
             fields = self._sidecar(raw.payload["json"]) if "json" in raw.payload else None
@@ -362,10 +374,14 @@ class Scanner:
                 **common,
             )
         if "npy" in exts:
+            from .index_format import NPY_ERRORS  # index_format imports this module
+
             try:
                 ids = np.load(io.BytesIO(raw.payload["npy"]), allow_pickle=False)
-            except (ValueError, OSError, EOFError) as exc:
-                raise ValueError(f".npy token ids do not load ({exc})") from exc
+            except NPY_ERRORS as exc:  # a damaged header raised tokenize.TokenError
+                raise ValueError(
+                    f".npy token ids do not load ({type(exc).__name__}: {exc})"
+                ) from exc
             if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
                 raise ValueError(
                     f".npy token ids must be a 1-D integer array, got "
@@ -401,8 +417,9 @@ class Scanner:
                 n = self.counter(text)
         else:
             raise ValueError(
-                f"no payload: members {sorted(exts)} include no text "
-                f"({', '.join(TEXT_EXTS)}), image or video"
+                f"no payload: members {sorted(stored.members)} include no text "
+                f"({', '.join(TEXT_EXTS)}, also gzipped as .txt.gz / .json.gz / .npy.gz), "
+                "image or video"
             )
         if n == 0:
             raise ValueError("empty text (0 tokens); drop the sample from the shard")

@@ -184,6 +184,11 @@ def _damaged_key(ev: TarDamage) -> str | None:
     return None if split is None else split[0]
 
 
+def _damaged_ext(ev: TarDamage) -> str:
+    split = _split_name(ev.name) if ev.name else None
+    return "" if split is None else split[1]
+
+
 def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadMember]:
     """Consecutive members with one key form a sample; damage spoils the samples it may touch.
 
@@ -195,6 +200,13 @@ def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadM
     belongs to K; the sample on the other side is kept only when the region is exactly the
     named member (`exact`). Anything unconfirmed falls back to reporting the region and both
     neighbours as possibly incomplete rather than passing a sample on with a member missing.
+
+    A flipped key can spell a neighbour's key ("s00000.txt" damaged into "s00001.txt"), which
+    a key alone would take as confirmation and so pass the true owner on without its member
+    (found by the fuzzer: tests/fuzz/corpus/tar). A sample holds one member per extension, so
+    a confirming sample that holds its own member of the damaged name's extension proves the
+    name wrong: the sample before is checked when the damage arrives, the sample after once it
+    is complete (the sample before waits for it), and a wrong name falls back to the region.
     """
     current: RawSample | None = None
     bad: str | None = None  # why `current` cannot be used
@@ -202,58 +214,93 @@ def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadM
     pending: TarDamage | None = None  # a named damage waiting for the event after it
     held: RawSample | None = None  # the sample before `pending` (another key): kept if confirmed
     held_bad: str | None = None
+    # a damage pinned to `current` by its first member: (the sample before, its fault, damage),
+    # decided once `current` is complete
+    deferred: tuple[RawSample | None, str | None, TarDamage] | None = None
 
     def lost(ev: TarDamage) -> str:
         return f"member {ev.name!r} is lost in damaged tar {_where(ev)}: {ev.reason}"
 
+    def precedes(ev: TarDamage) -> str:
+        return f"precedes damaged tar {_where(ev)}: it may be missing members"
+
+    def follows(ev: TarDamage) -> str:
+        return f"follows damaged tar {_where(ev)}: it may be missing members"
+
+    def close(complete: bool) -> Iterator[BadMember | RawSample]:
+        """`current` is finished (`complete`: no damage cut it short): settle a deferred pin,
+        then yield it."""
+        nonlocal current, bad, deferred
+        if deferred is not None:
+            prev, prev_bad, ev = deferred
+            deferred = None
+            wrong = current is not None and _damaged_ext(ev) in current.members
+            if wrong or not complete:  # the name was not this sample's, or cannot be told
+                if prev is not None:
+                    yield BadMember(prev.key, prev_bad or precedes(ev))
+                yield BadMember(f"({_where(ev)})", ev.reason)
+                if current is not None and wrong:
+                    bad = follows(ev)
+            elif prev is not None:  # confirmed: every lost member is this sample's
+                yield prev if prev_bad is None else BadMember(prev.key, prev_bad)
+        if current is not None:
+            yield current if bad is None else BadMember(current.key, bad)
+        current = None
+
     def settle(confirmed: bool) -> Iterator[BadMember | RawSample]:
         """Decide `pending` now that the event after it is known (`confirmed`: it names K)."""
-        nonlocal current, bad, after_damage, pending, held, held_bad
+        nonlocal current, bad, after_damage, pending, held, held_bad, deferred
         ev, pending = pending, None
         assert ev is not None
         key = _damaged_key(ev)
         assert key is not None
         before = current is None or current.key != key  # the region starts a new sample K
-        if confirmed and before:
-            if held is not None:  # complete: every lost member comes after it and is K's
-                yield held if held_bad is None else BadMember(held.key, held_bad)
+        if confirmed and before:  # K's first member confirms: decided once K is complete
+            deferred = (held, held_bad, ev)
             current, bad, after_damage = RawSample(key=key, members={}, payload={}), lost(ev), None
         elif not confirmed:
             if before and held is not None:
-                yield BadMember(
-                    held.key,
-                    held_bad or f"precedes damaged tar {_where(ev)}: it may be missing members",
-                )
+                yield BadMember(held.key, held_bad or precedes(ev))
             yield BadMember(f"({_where(ev)})", ev.reason)
-            after_damage = f"follows damaged tar {_where(ev)}: it may be missing members"
+            after_damage = follows(ev)
         held, held_bad = None, None
 
     for ev in events:
         if pending is not None:
-            nxt = (
-                _damaged_key(ev)
-                if isinstance(ev, TarDamage)
-                else (_split_name(ev.name) or (None,))[0]
-            )
+            if isinstance(ev, TarDamage):
+                nxt = _damaged_key(ev)
+            else:
+                split = _split_name(ev.name)
+                nxt = None if split is None or ev.name == pending.name else split[0]
             yield from settle(nxt == _damaged_key(pending))
         if isinstance(ev, TarDamage):
             key = _damaged_key(ev)
-            if key is not None and current is not None and current.key == key:
-                bad = bad or lost(ev)  # the sample it belongs to, read up to here
-                if not ev.exact:  # the region may hide more: settled by what follows
-                    pending = ev
+            if key is not None and ev.trusted:  # cut inside a member whose header held
+                if current is not None and current.key != key:  # whole: all its members came
+                    yield from close(True)
+                if current is None:
+                    current, bad = RawSample(key=key, members={}, payload={}), None
+                bad, after_damage = bad or lost(ev), None
+                yield BadMember(f"({_where(ev)})", ev.reason)  # what followed the cut is lost
                 continue
+            if key is not None and current is not None and current.key == key:
+                if _damaged_ext(ev) in current.members:  # it holds that member: not its name
+                    key = None
+                else:
+                    bad = bad or lost(ev)  # the sample it belongs to, read up to here
+                    if not ev.exact:  # the region may hide more: settled by what follows
+                        pending = ev
+                    continue
             if key is not None:  # names the next sample: hold the one before until confirmed
+                if deferred is not None:  # the sample before is itself undecided: cut short
+                    yield from close(False)
                 held, held_bad, current, bad, pending = current, bad, None, None, ev
                 continue
             if current is not None:
-                yield BadMember(
-                    current.key,
-                    bad or f"precedes damaged tar {_where(ev)}: it may be missing members",
-                )
-                current = None
+                bad = bad or precedes(ev)
+                yield from close(False)
             yield BadMember(f"({_where(ev)})", ev.reason)
-            after_damage = f"follows damaged tar {_where(ev)}: it may be missing members"
+            after_damage = follows(ev)
             continue
         split = _split_name(ev.name)
         if split is None:
@@ -261,8 +308,7 @@ def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadM
             continue
         key, ext = split
         if current is not None and current.key != key:
-            yield current if bad is None else BadMember(current.key, bad)
-            current = None
+            yield from close(True)
         if current is None:
             current = RawSample(key=key, members={}, payload={})
             bad, after_damage = after_damage, None
@@ -276,8 +322,7 @@ def _group(events: Iterator[TarMember | TarDamage]) -> Iterator[RawSample | BadM
             current.payload[ext] = ev.data
     if pending is not None:
         yield from settle(False)
-    if current is not None:
-        yield current if bad is None else BadMember(current.key, bad)
+    yield from close(True)
 
 
 def iter_raw_samples(

@@ -46,6 +46,7 @@ from .text import RatioCounter, TokenCounter
 
 __all__ = [
     "FLAT_NAME",
+    "MAX_TOKEN_ID",
     "OFFSETS_NAME",
     "STORE_HEADER_NAME",
     "StoreHeader",
@@ -110,9 +111,16 @@ def vocab_size_of(counter: Any) -> int:
     return int(get(with_added_tokens=True)) if callable(get) else 0
 
 
+MAX_TOKEN_ID = (1 << 31) - 1
+"""The largest id accepted when the tokenizer states no vocabulary (`bytes:R`, a `py:` callable):
+no model's vocabulary comes near 2^31 (the largest in use hold ~10^6 ids), megatron stores ids
+as int32 at most, and an id past it cannot index any embedding table, so it is damage."""
+
+
 def check_ids(ids: np.ndarray, vocab_size: int) -> None:
     """ValueError (a counted skip in the scanner, a bad sample in the loader) when pre-tokenized
-    ids are negative or not below `vocab_size` (0: unknown, only the sign is checked)."""
+    ids are negative or not below `vocab_size` (0: unknown, then ids must be <= MAX_TOKEN_ID;
+    a 2^40 id passed unchecked before)."""
     if not ids.size:
         return
     low, high = int(ids.min()), int(ids.max())
@@ -122,6 +130,13 @@ def check_ids(ids: np.ndarray, vocab_size: int) -> None:
         raise ValueError(
             f".npy token id {high} is past the tokenizer's vocabulary of {vocab_size} ids "
             f"(ids must be < {vocab_size}); re-tokenize the sample with the index's tokenizer"
+        )
+    if vocab_size <= 0 and high > MAX_TOKEN_ID:
+        raise ValueError(
+            f".npy token id {high} is past {MAX_TOKEN_ID} (2^31 - 1), the largest id fcp takes "
+            "when the tokenizer states no vocabulary size (no embedding table is that large); "
+            "the sample's ids are damaged: re-tokenize it, or pass a tokenizer with a vocabulary "
+            "so ids are checked against it"
         )
 
 

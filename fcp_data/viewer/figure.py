@@ -3,12 +3,17 @@
 Panels grow with the cluster so that one replica row stays >= 5 pt tall (a d = 1 group is one
 row): 2.4 in for up to ~25 replicas, 0.07 in per replica above that. Files are never silently
 overwritten: `free_path` picks `plan.png`, else `plan-1.png`, `plan-2.png`, ... unless the
-caller forces the given name (`fcp view --force`).
+caller forces the given name (`fcp view --force`). A picture is written whole or not at all
+(`save_atomic`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 from ..optional import require
@@ -19,7 +24,7 @@ from .batch import Batch
 from .colors import degree_color
 from .gantt import draw_degree_table, draw_panel
 
-__all__ = ["draw", "free_path"]
+__all__ = ["draw", "free_path", "save_atomic"]
 
 
 def free_path(path: str | Path, *, force: bool = False) -> Path:
@@ -114,7 +119,30 @@ def draw(
         ha="left",
     )
     out = free_path(path, force=force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        save_atomic(fig, out)
+    finally:
+        plt.close(fig)
     return out
+
+
+def save_atomic(fig: Any, out: Path) -> None:
+    """`fig` saved to `out` whole or not at all: drawn into a temporary sibling, renamed into
+    place once complete (atomic on POSIX). A write that fails half-way (a full disk, a file
+    size limit, a kill) used to leave a truncated picture at `out`, over an older complete one
+    under --force; now `out` is untouched and the error says nothing was written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fmt = out.suffix.lstrip(".").lower() or "png"
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=fmt, bbox_inches="tight")
+        os.replace(tmp, out)
+    except OSError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise ConfigError(f"cannot write the picture {out} ({exc}); nothing was written") from exc
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -16,6 +16,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..commands._args import MAX_REPLICAS
 from ..errors import ConfigError
 from ..planner import Cluster, CostModel, Plan
 
@@ -53,9 +54,17 @@ def cost_from_dict(raw: dict[str, Any], where: str) -> CostModel:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown cost-model fields {unknown}; known: {sorted(known)}")
-    if isinstance(raw.get("vision"), dict):
-        raw["vision"] = VisionCost(**raw["vision"])
-    return CostModel(**raw)
+    try:  # a field missing or of another shape was a raw TypeError (found by the fuzzer)
+        if isinstance(raw.get("vision"), dict):
+            raw["vision"] = VisionCost(**raw["vision"])
+        return CostModel(**raw)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:  # a string where a number goes: float("x")
+        raise ConfigError(
+            f"{where}: the saved cost model does not build ({exc}); save the plan again with "
+            "`fcp plan -o`"
+        ) from None
 
 
 def cluster_from_dict(raw: dict[str, Any], where: str) -> Cluster:
@@ -68,7 +77,15 @@ def cluster_from_dict(raw: dict[str, Any], where: str) -> Cluster:
             f"{where}: the saved cluster needs num_replicas and only {sorted(known)}; got "
             f"{sorted(raw)}"
         )
-    return Cluster(raw.pop("num_replicas"), **raw)
+    try:
+        return Cluster(raw.pop("num_replicas"), **raw)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{where}: the saved cluster does not build ({exc}); save the plan again with "
+            "`fcp plan -o`"
+        ) from None
 
 
 def read_saved_plan(data: bytes | str, where: str = "plan") -> SavedPlan:
@@ -84,6 +101,11 @@ def read_saved_plan(data: bytes | str, where: str = "plan") -> SavedPlan:
         plan = Plan.from_json(json.dumps(body))
     except ValueError as exc:  # msgspec.ValidationError is a ValueError
         raise ConfigError(f"{where}: not a Plan ({exc})") from None
+    if not 1 <= plan.num_replicas <= MAX_REPLICAS:  # found by the fuzzer: 2,100,594 replicas
+        raise ConfigError(  # kept every replica's timeline: minutes and GBs (unbounded)
+            f"{where}: num_replicas={plan.num_replicas} is outside [1, {MAX_REPLICAS}], what "
+            "fcp plans (`--replicas`); the file is damaged or not fcp's"
+        )
     cost = doc.get("cost_model")
     cluster = doc.get("cluster")
     return SavedPlan(

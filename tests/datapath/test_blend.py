@@ -156,7 +156,9 @@ def test_an_empty_source_with_weight_is_refused_by_name(tmp_path, text_shards, b
     with TarWriter(url) as w:  # .json without the text field: skipped, counted
         w.write({"__key__": "k0", "json": {"other": "x"}})
         w.write({"__key__": "k1", "json": {"other": "y"}})
-    empty = build_index(url, tmp_path / "e", counter=c, config=ScanConfig(on_error="skip"))
+    empty = build_index(
+        url, tmp_path / "e", counter=c, config=ScanConfig(on_error="skip"), allow_empty=True
+    )
     assert len(empty.seqlens) == 0
     with pytest.raises(ConfigError, match=r"source 'video' .*e\) has 0 samples \(2 left out"):
         Blend([a, empty], weights=[0.7, 0.3], names=["text", "video"])

@@ -13,6 +13,7 @@ import webdataset as wds
 
 from fcp_data.cli import main
 from fcp_data.readers.build import build_index
+from fcp_data.readers.errors import EmptyIndexError
 from fcp_data.readers.length_index import LengthIndex, RuleMismatchError, StaleIndexError
 from fcp_data.readers.scan import ScanConfig
 from fcp_data.readers.text import CallableCounter
@@ -229,7 +230,10 @@ def test_empty_index_and_corrupt_header(tmp_path: Path) -> None:
     shard = tmp_path / "e.tar"
     with TarWriter(str(shard)) as w:
         w.write({"__key__": "a", "txt": b""})
-    idx = build_index(str(shard), tmp_path / "idx")
+    with pytest.raises(EmptyIndexError, match=r"all 1 skipped .*'a': empty text"):
+        build_index(str(shard), tmp_path / "idx")  # was written, exit 0
+    assert not (tmp_path / "idx").exists()
+    idx = build_index(str(shard), tmp_path / "idx", allow_empty=True)
     assert len(idx) == 0 and idx.seqlens.dtype == np.int64
     assert [s.key for s in idx.skipped] == ["a"]  # the index says why it is empty
     (tmp_path / "idx" / "header.json").write_text("{oops")

@@ -89,6 +89,12 @@ def test_head_fuse_needs_one_reason_and_no_success() -> None:
             log.fail("s.tar", f"k{k}", r)
 
     with pytest.raises(TooManyFailures, match="same error"):
+        run(["bad utf-8 at position 3"] * SAME_ERROR_HEAD)
+    # reasons equal only with their numbers masked: quoted, never called "the same" (was)
+    with pytest.raises(TooManyFailures) as err:
         run([f"bad utf-8 at position {k}" for k in range(SAME_ERROR_HEAD)])
+    assert "same error" not in str(err.value)
+    assert "errors that differ only in their numbers" in str(err.value)
+    assert "first s.tar: 'k0': bad utf-8 at position 0; last s.tar: 'k7'" in str(err.value)
     run(["empty text"] * (SAME_ERROR_HEAD - 1) + ["no payload"] * 3)  # mixed reasons: skipped
     run(["empty text"] * (SAME_ERROR_HEAD + 3), ok_first=True)  # data that worked before

@@ -20,8 +20,9 @@ import webdataset as wds
 from webdataset import TarWriter
 
 from fcp_data.cli import main
-from fcp_data.errors import DataError, SampleError
+from fcp_data.errors import ConfigError, DataError, SampleError
 from fcp_data.readers.build import build_index
+from fcp_data.readers.cache import ShardCache
 from fcp_data.readers.errors import CompressedShardError
 from fcp_data.readers.length_index import LengthIndex
 from fcp_data.readers.scan import ScanConfig
@@ -29,6 +30,7 @@ from fcp_data.readers.shards import expand_shards
 from fcp_data.readers.stream import stream_records
 
 QUICK = ScanConfig(stream_timeout_s=0.5)
+QUICK_02 = ScanConfig(stream_timeout_s=0.2)
 
 
 @pytest.fixture(scope="module")
@@ -80,14 +82,15 @@ def test_stream_cut_inside_a_member_is_a_skip_not_a_read_error(shard: Path) -> N
     cut = k3.offset_data + 40  # inside k3's text
     spec = f"pipe:sh -c 'head -c {cut} {shlex.quote(str(shard))}; exit 3'"
     keys, skipped = _run(spec)
-    assert keys == ["k0", "k1"]  # k2, just before the cut, may have lost a member: reported
+    assert keys == ["k0", "k1", "k2"]  # k3's header held: k2 before it is whole (was lost)
     reasons = {s.key: s.reason for s in skipped}
-    assert list(reasons) == ["k2", f"(bytes {k3.offset}..end)", "(shard)"]
+    assert list(reasons) == [f"(bytes {k3.offset}..end)", "k3", "(shard)"]
     assert f"cut inside member 'k3.txt' at byte {cut}" in reasons[f"(bytes {k3.offset}..end)"]
+    assert "member 'k3.txt' is lost" in reasons["k3"]
     assert "exited with status 3" in reasons["(shard)"]
     # the same cut with a clean exit status is still a cut, not a clean end
     keys, skipped = _run(f"pipe:head -c {cut} {shlex.quote(str(shard))}")
-    assert keys == ["k0", "k1"] and any("cut inside member" in s.reason for s in skipped)
+    assert keys == ["k0", "k1", "k2"] and any("cut inside member" in s.reason for s in skipped)
 
 
 def test_silent_pipe_is_bounded_by_the_stream_timeout(shard: Path, tmp_path: Path) -> None:
@@ -97,9 +100,9 @@ def test_silent_pipe_is_bounded_by_the_stream_timeout(shard: Path, tmp_path: Pat
     quiet = f"head -c {cut} {shlex.quote(str(shard))}; sleep 30; touch {done}"
     keys, skipped = _run(f"pipe:sh -c '{quiet}'")
     assert not done.exists()  # killed at the timeout, not waited for
-    assert keys == ["k0", "k1"]  # k2 may be missing members: reported, as is the rest
-    assert [s.key for s in skipped] == ["k2", f"(bytes {k3.offset}..end)"]
-    assert f"no data for 0.5 s after byte {cut}" in skipped[1].reason
+    assert keys == ["k0", "k1", "k2"]  # stalled inside k3's data: k2 is whole (was lost)
+    assert [s.key for s in skipped] == [f"(bytes {k3.offset}..end)", "k3"]
+    assert f"no data for 0.5 s after byte {cut}" in skipped[0].reason
     spec = f"pipe:sleep 30; touch {done}"
     keys, skipped = _run(spec, ScanConfig(stream_timeout_s=0.3))
     assert not done.exists()  # killed, not waited for
@@ -173,7 +176,7 @@ def test_compressed_shards_are_refused_with_the_reason(shard: Path, tmp_path: Pa
     oracle = [s["__key__"] for s in wds.WebDataset(str(tgz), shardshuffle=False)]
     assert oracle == [f"k{i}" for i in range(6)]  # webdataset streams it
     for spec in (str(tgz), str(tmp_path / "*.gz")):
-        with pytest.raises(CompressedShardError, match="compressed shards are unsupported"):
+        with pytest.raises(CompressedShardError, match="a compressed stream does not allow"):
             expand_shards(spec)
     disguised = tmp_path / "plain-name.tar"  # gzip bytes under a .tar name: found by magic
     disguised.write_bytes(tgz.read_bytes())
@@ -185,6 +188,21 @@ def test_compressed_shards_are_refused_with_the_reason(shard: Path, tmp_path: Pa
     assert str(again) == str(info.value) and again.fmt == "gzip"
     keys, skipped = _run(f"pipe:gzip -dc {shlex.quote(str(tgz))}")  # the suggested route
     assert keys == oracle and skipped == []
+    # the words are true (they said "stream it without an index"): such a shard is indexed,
+    # and read through the shard cache once the index is opened with allow_pipe=True
+    msg = str(info.value)
+    assert "without an index" not in msg
+    assert "index it as 'pipe:gzip -dc SHARD'" in msg and "allow_pipe=True" in msg
+    assert "decompresses it whole into the shard cache" in msg
+    spec = f"pipe:gzip -dc {shlex.quote(str(tgz))}"
+    build_index(spec, tmp_path / "i-pipe", config=QUICK)
+    with pytest.raises(ConfigError, match="allow_pipe=True"):
+        LengthIndex.open(tmp_path / "i-pipe").read(0)
+    piped = LengthIndex.open(tmp_path / "i-pipe", allow_pipe=True)
+    piped.shard_cache = ShardCache(directory=tmp_path / "cache")
+    plain = build_index(str(shard), tmp_path / "i-plain", config=QUICK)
+    assert [piped.read(i) for i in range(len(piped))] == [plain.read(i) for i in range(6)]
+    assert len(list((tmp_path / "cache").glob("*.tar"))) == 1  # decompressed once, whole
 
 
 def test_stream_timeout_must_be_positive(shard: Path) -> None:
@@ -192,10 +210,10 @@ def test_stream_timeout_must_be_positive(shard: Path) -> None:
         _run(str(shard), ScanConfig(stream_timeout_s=0))
 
 
-def test_cli_stream_timeout_reaches_the_scan(tmp_path: Path) -> None:
-    assert (
-        main(["index", "pipe:sleep 30", "-o", str(tmp_path / "i"), "--stream-timeout", "0.2"]) == 0
-    )
-    idx = LengthIndex.open(tmp_path / "i")
+def test_cli_stream_timeout_reaches_the_scan(tmp_path: Path, capsys) -> None:
+    args = ["index", "pipe:sleep 30", "-o", str(tmp_path / "i"), "--stream-timeout", "0.2"]
+    assert main(args) == 2  # no sample: never an index and exit 0
+    assert "no data for 0.2 s" in capsys.readouterr().err
+    idx = build_index("pipe:sleep 30", tmp_path / "i", config=QUICK_02, allow_empty=True)
     assert idx.header.scan.stream_timeout_s == 0.2
     assert "no data for 0.2 s" in idx.skipped[0].reason

@@ -122,8 +122,43 @@ def test_cut_shards_report_the_offset(tmp_path: Path, where: str) -> None:
     region = next(b for b in bad if b.key.startswith("(bytes"))
     assert region.key == f"(bytes {off}..end)"
     assert text.format(cut=cut) in region.reason
+    if where == "inside_data":  # the cut member's header held: its name pins the loss
+        got, _ = _scan(intact[:cut], tmp_path / "c.tar")
+        assert sorted(got) == [f"s{i:02d}" for i in range(4)]  # s03 is whole: kept
+        assert any(b.key == "s04" and "'s04.txt' is lost" in b.reason for b in bad)
+        return
     before = "s03" if member == 8 else "s04"  # the sample before the cut may lack members
     assert any(b.key == before and "precedes damaged" in b.reason for b in bad)
+
+
+@pytest.mark.parametrize("first", [True, False])  # the cut member opens its sample, or not
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_cut_inside_a_members_data_keeps_the_whole_sample_before_it(
+    tmp_path: Path, first: bool, stream: bool
+) -> None:
+    """Issue: cut inside the data of a sample's first member, the whole sample before it was
+    dropped with it ("precedes damaged tar"): 5 of 6 intact samples kept. The member's header
+    held (its checksum), so its name says which sample the loss is in."""
+    path = tmp_path / "a.tar"
+    with TarWriter(str(path)) as w:  # members in order: .txt (600+ bytes), then .xyz
+        for i in range(6):
+            w.write({"__key__": f"s{i:02d}", "txt": b"x" * (600 + i), "xyz": b"%d" % i})
+    intact = path.read_bytes()
+    name, off = _headers(intact)[8 if first else 9]
+    assert name == ("s04.txt" if first else "s04.xyz")
+    size = 604 if first else 1
+    cut = off + 1536 + size // 2  # past the pax chain and the ustar header, into the data
+    damaged = tmp_path / "cut.tar"
+    damaged.write_bytes(intact[:cut])
+    url = f"pipe:cat {damaged}" if stream else str(damaged)
+    out = list(iter_raw_samples(url, lambda ext: ext == "txt"))
+    got = {r.key: r for r in out if isinstance(r, RawSample)}
+    bad = [r for r in out if isinstance(r, BadMember)]
+    want, _ = _scan(intact, tmp_path / "intact.tar")
+    assert sorted(got) == ["s00", "s01", "s02", "s03"]  # was s00..s02: s03 was dropped
+    assert all(got[k].payload["txt"] == want[k].payload["txt"] for k in got)
+    assert [b.key for b in bad] == [f"(bytes {off}..end)", "s04"]
+    assert f"member {name!r} is lost in damaged tar bytes {off}..end" in bad[1].reason
 
 
 def test_end_of_archive_present_means_complete(tmp_path: Path) -> None:

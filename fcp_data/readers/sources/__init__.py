@@ -94,10 +94,20 @@ def source_meta(url: str, fmt: str, *, timeout_s: float) -> dict[str, Any]:
     return {"dtype": idx.dtype.name, "idx_fingerprint": shard_fingerprint(megatron_idx(url))}
 
 
-def present(fmt: str, meta: dict[str, Any], out: dict[str, bytes]) -> dict[str, bytes]:
-    """The members as the loader reads them (after their crc32 was checked on the raw bytes)."""
+def present(
+    fmt: str, meta: dict[str, Any], out: dict[str, bytes], *, limit: int = 0
+) -> dict[str, bytes]:
+    """The members as the loader reads them (after their crc32 was checked on the raw bytes):
+    megatron ids as .npy, gzipped text members (`.txt.gz`) gunzipped to their inner extension
+    (at most `limit` bytes each; 0: the scan's default, 16 GiB)."""
     if fmt != "megatron":
-        return out
+        from ..members import GZ_INNER, gunzip_members
+
+        if not any(e in GZ_INNER for e in out):
+            return out
+        from ..shards import STREAM_MAX_BYTES
+
+        return gunzip_members(out, limit or STREAM_MAX_BYTES)
     from .megatron import as_npy
 
     return {ext: as_npy(data, str(meta.get("dtype", "int32"))) for ext, data in out.items()}

@@ -118,6 +118,16 @@ def _hf_state(path: Path) -> dict | None:
     return obj if isinstance(obj, dict) and isinstance(obj.get("_data_files"), list) else None
 
 
+def _inside(name: str) -> bool:
+    """True when `name`, a path from a dataset's metadata, stays inside the dataset's folder:
+    relative, no `..` step, no NUL (checked by its words, not by resolving links, so a folder
+    whose files are links into a cache still reads)."""
+    if not name or "\0" in name or os.path.isabs(name):
+        return False
+    parts = name.replace("\\", "/").split("/")
+    return ".." not in parts and not (len(parts[0]) == 2 and parts[0][1] == ":")
+
+
 def hf_data_files(path: str | os.PathLike[str]) -> list[str] | None:
     """The data-*.arrow files of a `Dataset.save_to_disk` directory in the dataset's order
     (state.json's `_data_files`), or None when `path` is not one."""
@@ -128,6 +138,13 @@ def hf_data_files(path: str | os.PathLike[str]) -> list[str] | None:
     files = []
     for entry in state["_data_files"]:
         name = entry.get("filename") if isinstance(entry, dict) else None
+        if isinstance(name, str) and not _inside(name):
+            raise _refuse(
+                str(root / "state.json"),
+                f"it lists a data file {name!r} outside the dataset folder {root} (a path "
+                "inside a dataset's own metadata must stay in its folder: a plain file name "
+                "such as 'data-00000-of-00001.arrow'); fix state.json or re-save the dataset",
+            )
         if not isinstance(name, str) or not (root / name).is_file():
             raise _refuse(
                 str(root / "state.json"), f"it lists a data file {name!r} that is missing"

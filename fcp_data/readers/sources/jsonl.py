@@ -10,42 +10,140 @@ offsets in the decompressed stream. Such offsets cannot be seeked, so the loader
 the file once per host into the shard cache directory (`~/.cache/fcp/shards`, one file named
 by the shard's fingerprint) and reads lines from that copy; the per-line crc32 of the index
 verifies it. Compressed JSON Lines are local only: a remote one is refused at expansion.
+
+Limits (`ScanConfig.stream_max_bytes`, `fcp index --stream-max-bytes`) apply to what comes out
+of the decompressor, never to the file's own size: a compressed file may decompress to at most
+that many bytes (the lines before the limit are kept, the rest is one counted `(shard)` loss),
+and a line longer than it is one counted skip that is stepped over without being held (a
+1.5 GB `.jsonl.gz` without a newline grew past 900 MB before). The load-time copy stops at the
+end of the last indexed line.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import Any
 
 from ...errors import ConfigError
 from ..byte_source import open_source
 from ..optional import require
 from ..shards import BadMember, RawSample
 
-__all__ = ["decompressed_copy", "iter_jsonl", "open_decompressed"]
+__all__ = [
+    "CompressedCutError",
+    "Decompressed",
+    "DecompressedTooLong",
+    "decompressed_copy",
+    "iter_jsonl",
+    "open_decompressed",
+]
 
 CHUNK = 1 << 20  # bytes read at a time; a line may span any number of chunks
-SMALL_CHUNK = 1 << 16  # decompressed bytes read at a time from .gz / .zst
+RAW_CHUNK = 1 << 12  # compressed bytes fed at a time: 4 KiB of zstd holds at most ~128 MiB
+# (a run of one byte compresses 32768:1), so one step never holds more than that
+OUT_CHUNK = 1 << 16  # gzip output per step (zlib's max_length; zstd has no such bound)
 
 
-def open_decompressed(path: str, fmt: str) -> IO[bytes]:
-    """A binary reader of the decompressed bytes of a .jsonl.gz / .jsonl.zst file."""
-    if fmt == "jsonl.gz":
-        return gzip.open(path, "rb")
-    zstd = require("zstandard", f"reading {path} (a zstd-compressed JSON Lines file)")
-    raw = open(path, "rb")  # noqa: SIM115 - the stream reader owns it (closefd) and closes it
-    return zstd.ZstdDecompressor().stream_reader(raw, closefd=True)
+class CompressedCutError(EOFError):
+    """A compressed file that ends inside a gzip member or a zstd frame: it was cut."""
 
 
-def _lines(read: Callable[[int], bytes]) -> Iterator[tuple[int, bytes]]:
-    """(offset, line without its newline) of every line of a byte stream, in order."""
+class DecompressedTooLong(OSError):
+    """A compressed file that decompresses to more than its byte limit."""
+
+
+class Decompressed:
+    """The decompressed bytes of a .gz / .zst file, piece by piece, never past `max_bytes`.
+
+    Why not `gzip.open` / zstandard's `stream_reader`: the zstd reader ends a file cut inside a
+    frame as if it were complete (a `.jsonl.zst` cut in half gave 1,548 of 4,000 lines and no
+    record of the cut), and neither bounds what a small file decompresses to. Here every gzip
+    member and zstd frame must reach its end marker or the file is reported cut
+    (`CompressedCutError`); concatenated members and frames (pigz, pzstd) are read through; and
+    `read` raises `DecompressedTooLong` once more than `max_bytes` (0: no limit) came out.
+    Damaged data raises OSError naming the decoder's error.
+    """
+
+    def __init__(self, path: str, fmt: str, max_bytes: int = 0) -> None:
+        self.path, self.max_bytes = path, max_bytes
+        self._zstd: Any = None
+        if fmt == "jsonl.zst":
+            self._zstd = require("zstandard", f"reading {path} (a zstd-compressed JSON Lines file)")
+        self._raw = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._obj: Any = None
+        self._pending = b""
+        self.produced = 0  # decompressed bytes returned so far
+
+    def _decompress(self, data: bytes) -> bytes:
+        if self._obj is None:
+            z = self._zstd
+            self._obj = z.ZstdDecompressor().decompressobj() if z else zlib.decompressobj(31)
+        errors = (zlib.error,) if self._zstd is None else (self._zstd.ZstdError,)
+        try:
+            if self._zstd is None:
+                out = self._obj.decompress(data, OUT_CHUNK)
+                self._pending = self._obj.unconsumed_tail
+            else:
+                out = self._obj.decompress(data)
+        except errors as exc:
+            raise OSError(f"the data does not decompress ({type(exc).__name__}: {exc})") from exc
+        if self._obj.eof:  # this member / frame is whole: what follows starts the next one
+            self._pending = self._obj.unused_data + self._pending
+            self._obj = None
+        return out
+
+    def read(self, _n: int = 0) -> bytes:
+        """The next piece of decompressed bytes; b"" at a clean end of the file."""
+        while True:
+            data = self._pending or self._raw.read(RAW_CHUNK)
+            self._pending = b""
+            if not data:
+                if self._obj is not None:
+                    what = "frame" if self._zstd is not None else "member"
+                    raise CompressedCutError(
+                        f"the file ends inside a compressed {what} after {self.produced} "
+                        "decompressed bytes: it is cut; re-create or re-copy it"
+                    )
+                return b""
+            if self._obj is None and not data.strip(b"\0"):
+                continue  # zero padding after the last member (tape-style writers)
+            out = self._decompress(data)
+            self.produced += len(out)
+            if self.max_bytes and self.produced > self.max_bytes:
+                raise DecompressedTooLong(
+                    f"it decompresses to more than {self.max_bytes} bytes, the limit "
+                    "(stream_max_bytes, `fcp index --stream-max-bytes`); the lines before it "
+                    "are kept: split the file or raise the limit"
+                )
+            if out:
+                return out
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> Decompressed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_decompressed(path: str, fmt: str, max_bytes: int = 0) -> Decompressed:
+    """A reader of the decompressed bytes of a .jsonl.gz / .jsonl.zst file (`Decompressed`)."""
+    return Decompressed(path, fmt, max_bytes)
+
+
+def _lines(read: Callable[[int], bytes], max_line: int) -> Iterator[tuple[int, bytes | int]]:
+    """(offset, line without its newline) of every line of a byte stream, in order; a line
+    longer than `max_line` bytes comes as (offset, its length) and is never held whole."""
     buf = bytearray()
     base = 0  # stream offset of buf[0]
+    long_at = -1  # offset of the line being stepped over, -1 when none
     while True:
         chunk = read(CHUNK)
         if not chunk:
@@ -54,19 +152,32 @@ def _lines(read: Callable[[int], bytes]) -> Iterator[tuple[int, bytes]]:
         buf += chunk
         start, nl = 0, buf.find(b"\n", seen)
         while nl >= 0:
-            yield base + start, bytes(buf[start:nl])
+            if long_at >= 0:
+                yield long_at, base + nl - long_at
+                long_at = -1
+            else:
+                yield base + start, bytes(buf[start:nl])
             start = nl + 1
             nl = buf.find(b"\n", start)
         del buf[:start]
         base += start
-    if buf:
+        if len(buf) > max_line:  # no newline within the limit: step over, keep nothing
+            long_at = base if long_at < 0 else long_at
+            base += len(buf)
+            buf.clear()
+    if long_at >= 0:
+        yield long_at, base + len(buf) - long_at
+    elif buf:
         yield base, bytes(buf)
 
 
 def iter_jsonl(
     url: str, fmt: str, *, timeout_s: float, max_bytes: int
 ) -> Iterator[RawSample | BadMember]:
-    """Samples of one JSON Lines shard: member `json` per non-blank line (blank lines skip)."""
+    """Samples of one JSON Lines shard: member `json` per non-blank line (blank lines skip).
+
+    `max_bytes` bounds a line (any format) and what a compressed file decompresses to."""
+    stream: Decompressed | None = None
     if fmt == "jsonl":
         try:
             src = open_source(url, timeout_s=timeout_s, max_bytes=max_bytes)
@@ -76,21 +187,31 @@ def iter_jsonl(
         read, close = src.read, lambda: src.close(drained=True)
     else:
         try:
-            stream = open_decompressed(url, fmt)
+            stream = open_decompressed(url, fmt, max_bytes)
         except OSError as exc:
             yield BadMember("(shard)", f"cannot open the shard ({exc})")
             return
         # small reads: a cut or corrupt stream raises at the read that reaches the damage,
-        # so the lines of every whole 64 KiB before it are still indexed
-        read, close = (lambda _n: stream.read(SMALL_CHUNK)), stream.close
+        # so the lines of every whole piece before it are still indexed
+        read, close = stream.read, stream.close
     try:
-        for n, (off, line) in enumerate(_lines(read), start=1):
+        for n, (off, line) in enumerate(_lines(read, max_bytes or 1 << 62), start=1):
+            if isinstance(line, int):
+                yield BadMember(
+                    f"line {n}",
+                    f"the line is {line} bytes or longer, past the {max_bytes}-byte limit of one "
+                    "line (stream_max_bytes, `fcp index --stream-max-bytes`); split it or raise "
+                    "the limit",
+                )
+                continue
             if not line.strip():
                 continue
             yield RawSample(
                 key=f"line {n}", members={"json": (off, len(line))}, payload={"json": line}
             )
-    except (OSError, EOFError) as exc:  # a cut .gz, a corrupt zstd frame: the rest is lost
+    except DecompressedTooLong as exc:
+        yield BadMember("(shard)", f"the rest of the file is not read: {exc}")
+    except (OSError, EOFError) as exc:  # a cut .gz / .zst, a corrupt frame: the rest is lost
         yield BadMember("(shard)", f"the file stops decoding ({type(exc).__name__}: {exc})")
     finally:
         status = close()
@@ -98,11 +219,15 @@ def iter_jsonl(
         yield BadMember("(shard)", status)
 
 
-def decompressed_copy(url: str, fmt: str, fingerprint: str, directory: Path) -> str:
+def decompressed_copy(
+    url: str, fmt: str, fingerprint: str, directory: Path, *, end: int = 0
+) -> str:
     """The local path of `url` decompressed (made once; a partial copy is never used).
 
-    Written to `<name>.partial-<pid>` and renamed into place, so DataLoader workers that race
-    produce one whole copy each and the last rename wins with identical bytes.
+    Only the first `end` decompressed bytes are written (0: all): the end of the last line the
+    index holds, so a file that decompresses past what was indexed costs no more. Written to
+    `<name>.partial-<pid>` and renamed into place, so DataLoader workers that race produce one
+    whole copy each and the last rename wins with identical bytes.
     """
     key = hashlib.sha256(f"{os.path.abspath(url)}\0{fingerprint}".encode()).hexdigest()[:24]
     path = Path(directory) / f"{key}.jsonl"
@@ -112,16 +237,19 @@ def decompressed_copy(url: str, fmt: str, fingerprint: str, directory: Path) -> 
     tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
     try:
         with open_decompressed(url, fmt) as src, open(tmp, "wb") as dst:
-            while True:
+            left = end if end > 0 else -1
+            while left != 0:
                 try:
-                    chunk = src.read(SMALL_CHUNK)
+                    chunk = src.read()
                 except (OSError, EOFError):  # a cut or damaged stream: as far as the scan read
                     break  # (it indexed only whole lines before the damage; crc32s verify them)
                 if not chunk:
                     break
+                if left > 0:
+                    chunk, left = chunk[:left], max(0, left - len(chunk))
                 dst.write(chunk)
         os.replace(tmp, path)
-    except (OSError, EOFError) as exc:
+    except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise ConfigError(f"cannot decompress {url} into {directory} ({exc})") from exc
