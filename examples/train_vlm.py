@@ -12,7 +12,9 @@ The job is `fcp_exec.demo.vlm` (what `fcp demo` runs as its step 4); per micro-b
 
     with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
         embeds = lm.embed_tokens(mb.tokens)
-        embeds = encode_and_scatter(model.model.visual, mb, embeds, group=cp.group)
+        embeds = encode_and_scatter(model.model.visual, mb, embeds, group=cp.group,
+                                    pad_ids=(model.config.image_token_id,
+                                             model.config.video_token_id))
         hidden = lm(inputs_embeds=embeds[None], position_ids=hf_position_ids(mb),
                     **hf_attention_kwargs(mb, cp)).last_hidden_state
         loss = (token_ce(model.lm_head(hidden)[0], mb.labels) * mb.loss_mask).sum()

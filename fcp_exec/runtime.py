@@ -40,6 +40,8 @@ class ExecRuntime:
         self.streams = streams
         self.timing = timing
         self._streams: dict[torch.device, Any] = {}
+        # (members, transport, block shape) whose members agreed on the shape (verify.py)
+        self.agreed_shapes: set[tuple[Any, ...]] = set()
 
     def comm_stream(self, device: torch.device) -> tuple[Any, ModuleType | None]:
         """(the device's communication stream, its stream API), (None, None) without streams."""

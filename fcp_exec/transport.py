@@ -32,6 +32,7 @@ from fcp_exec.kernels import AttentionKernel
 from fcp_exec.layout import ShardLayout
 from fcp_exec.ring import RingComm
 from fcp_exec.ulysses import check_heads, hybrid_attention
+from fcp_exec.verify import verify_block_shape
 
 __all__ = ["cp_attention", "ring_comm"]
 
@@ -44,6 +45,22 @@ def ring_comm(ranks: Sequence[int], binding: Any, device: torch.device) -> RingC
         ranks, group=getattr(binding, "ring_group", None), stream=stream, stream_api=api,
         timing=bool(runtime is not None and runtime.timing),
     )  # fmt: skip
+
+
+def _agree_on_shape(binding: Any, q: torch.Tensor, k: torch.Tensor, layout: ShardLayout,
+                    runtime: Any) -> None:  # fmt: skip
+    """Before the first transfer of a group, its members agree on the block shape (one small
+    all-gather per group and block kind for the job: remembered by the runtime, else per
+    micro-batch on its layout); a disagreement raises on every member, none hangs."""
+    if binding.degree <= 1:
+        return
+    shape = (q.shape[1], k.shape[1], q.shape[2], str(q.dtype))
+    key = ("agreed", tuple(binding.members), int(binding.ulysses), shape)
+    seen = runtime.agreed_shapes if runtime is not None else layout.cached("agreed", set)
+    if key in seen:
+        return
+    verify_block_shape(shape, binding.members, group=binding.group)
+    seen.add(key)
 
 
 def cp_attention(
@@ -74,6 +91,7 @@ def cp_attention(
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
     runtime = getattr(binding, "runtime", None)
     choice = runtime.kernels if runtime is not None else None
+    _agree_on_shape(binding, q, k, lay, runtime)
     if u == 1:
         comm = ring_comm(binding.ring, binding, q.device)
         kern = resolve_kernel(kernel, qkv_shape(q, k), lay, choice)

@@ -41,6 +41,8 @@ __all__ = [
     "FINGERPRINT_FIELDS",
     "PlanMismatchError",
     "RingFingerprint",
+    "ShapeMismatchError",
+    "verify_block_shape",
     "verify_plan_digest",
     "verify_ring",
 ]
@@ -189,21 +191,15 @@ def verify_ring(
             f"the process group holds global ranks {sorted(ranks)} but the ring is "
             f"{fingerprint.ring}; pass the CP group of this ring (CPGroupCache.get(ring))"
         )
-    device = _device(group)
-    mine = torch.tensor(fingerprint.row(), dtype=torch.int64, device=device)
-    gathered = [torch.empty_like(mine) for _ in range(d)]
-    work = dist.all_gather(gathered, mine, group=group, async_op=True)
-    assert work is not None
-    try:
-        work.wait(timeout=datetime.timedelta(seconds=timeout_s))
-    except RuntimeError as e:
-        raise PlanMismatchError(
-            f"rank {dist.get_rank()}: the plan check of ring {fingerprint.ring} did not complete "
-            f"within {timeout_s:g} s ({e}). A member is not running this ring now: replicas "
-            "disagree on the group's members (different plans), or a member failed. This "
-            f"rank's plan: {fingerprint.describe()}"
-        ) from None
-    rows = [[int(x) for x in t.tolist()] for t in gathered]
+    rows = _gather_rows(
+        fingerprint.row(),
+        d,
+        group,
+        timeout_s,
+        f"the plan check of ring {fingerprint.ring}",
+        "replicas disagree on the group's members (different plans), or a member failed. "
+        f"This rank's plan: {fingerprint.describe()}",
+    )
     diffs = _differences(rows, ranks)
     if diffs:
         raise PlanMismatchError(
@@ -213,6 +209,66 @@ def verify_ring(
             "global batch from the same length index, seed and planner version, and pass the "
             "RankPlan of its own replica and wave"
         )
+
+
+class ShapeMismatchError(PlanMismatchError):
+    """Members of a CP group run attention blocks of different shapes (heads, head dim,
+    dtype): raised on every member before the first all-to-all or ring transfer."""
+
+
+def verify_block_shape(
+    shape: tuple[int, int, int, str],
+    members: Sequence[int],
+    *,
+    group: dist.ProcessGroup | None,
+    timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S,
+) -> None:
+    """COLLECTIVE over the CP group: raise `ShapeMismatchError` on every member unless all hold
+    the same (heads, kv_heads, head_dim, dtype) for this layer's q/k/v.
+
+    The plan check of `cp_context` cannot see the model; members that disagree here (another
+    config, another TP size) would exchange buffers of different sizes: a raw transport error
+    on one member and a hang on the other. One all-gather of 4 int64, once per group and block
+    kind (the caller caches the agreement)."""
+    heads, kv_heads, head_dim, dtype = shape
+    if len(members) <= 1 or not dist.is_initialized():
+        return
+    row = [heads, kv_heads, head_dim, _hash64(dtype)]
+    rows = _gather_rows(row, len(members), group, timeout_s,
+                        f"the block-shape check of CP group {tuple(members)}")  # fmt: skip
+    if any(r != rows[0] for r in rows):
+        ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+        told = "; ".join(f"rank {rk}: H={r[0]} H_kv={r[1]} D={r[2]}" for rk, r in
+                         zip(ranks, rows))  # fmt: skip
+        raise ShapeMismatchError(
+            f"rank {dist.get_rank()}: members of CP group {tuple(members)} run attention blocks "
+            f"of different shapes ({told}; this rank: {dtype}): every member must run the same "
+            "model with the same tensor-parallel size"
+        )
+
+
+def _gather_rows(
+    row: list[int],
+    size: int,
+    group: dist.ProcessGroup | None,
+    timeout_s: float,
+    what: str,
+    why: str = "a member failed or runs another group",
+) -> list[list[int]]:
+    """All-gather one int64 row per member, bounded by `timeout_s` (a missing member raises
+    PlanMismatchError naming `what` and `why`)."""
+    mine = torch.tensor(row, dtype=torch.int64, device=_device(group))
+    gathered = [torch.empty_like(mine) for _ in range(size)]
+    work = dist.all_gather(gathered, mine, group=group, async_op=True)
+    assert work is not None
+    try:
+        work.wait(timeout=datetime.timedelta(seconds=timeout_s))
+    except RuntimeError as e:
+        raise PlanMismatchError(
+            f"rank {dist.get_rank()}: {what} did not complete within {timeout_s:g} s ({e}). "
+            f"A member is not running this group now: {why}"
+        ) from None
+    return [[int(x) for x in t.tolist()] for t in gathered]
 
 
 def verify_plan_digest(rank_plan: RankPlan, *, group: dist.ProcessGroup | None = None) -> None:

@@ -24,7 +24,7 @@ vision tokens calls no tower and, at d = 1, no collective at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,7 @@ def _safe_keys(mb: Any) -> str:
         return _keys_text([str(k) for k in getattr(mb, "keys", ())])
 
 
-def _check_payload(mb: Any, merge_unit: int) -> _Check:
+def _check_payload(mb: Any, merge_unit: int, pad_ids: frozenset[int] | None = None) -> _Check:
     px, grid, scatter = mb.pixel_values, mb.grid_thw, mb.vision_scatter
     if grid is None or px is None or scatter is None:
         return _Check(False, "the micro-batch has no vision payload (LoaderOptions(vision=...))")
@@ -124,6 +124,18 @@ def _check_payload(mb: Any, merge_unit: int) -> _Check:
             f"sample {_run_key(keys, merged, at)}: vision_scatter writes local position {pos} "
             f"{int(counts[counts > 1][0])} times; each vision token takes one encoder row",
         )
+    if pad_ids is not None and kept.numel():
+        tokens = mb.tokens.reshape(-1)
+        wrong = ~torch.isin(tokens[kept], torch.tensor(sorted(pad_ids), dtype=tokens.dtype))
+        if bool(wrong.any()):
+            pos = int(kept[wrong][0])
+            at = int((scatter == pos).nonzero()[0])
+            return _Check(
+                False,
+                f"sample {_run_key(keys, merged, at)}: vision_scatter sends encoder row {at} to "
+                f"local position {pos}, token id {int(tokens[pos])}, which is not one of the "
+                f"model's vision pad ids {sorted(pad_ids)}: it would overwrite a text embedding",
+            )
     return _check_targets(mb, scatter, merged, keys)
 
 
@@ -245,6 +257,7 @@ def encode_and_scatter(
     *,
     group: dist.ProcessGroup | None = None,
     merge_unit: int = MERGE_UNIT,
+    pad_ids: Collection[int] | None = None,
 ) -> torch.Tensor:
     """`embeds` with this replica's vision tokens replaced by the tower's output for them.
 
@@ -252,7 +265,11 @@ def encode_and_scatter(
     [M, hidden] (a tensor or an output with `pooler_output`); mb: the MicroBatch (pixel_values,
     grid_thw, vision_scatter, keys); embeds: [T, hidden] or [1, T, hidden] text embeddings of
     mb.tokens; group: the CP group (cp_context's binding.group) so a bad payload raises on
-    every member instead of hanging its peers; None at d = 1 or to skip the check.
+    every member instead of hanging its peers; None at d = 1 or to skip the check; pad_ids:
+    the model's vision pad token ids (Qwen: `config.image_token_id`, `config.video_token_id`;
+    InternVL: the `<IMG_CONTEXT>` id). With them every kept encoder row must land on one of
+    them; without them the pad is inferred from the map itself (the id most of a kind's rows
+    land on), which cannot tell a kind whose only row lands on a text token of a unique id.
     Returns a new tensor (autograd flows to both embeds and the tower); not in place.
     """
     flat = embeds[0] if embeds.dim() == 3 else embeds
@@ -267,7 +284,9 @@ def encode_and_scatter(
     cause: BaseException | None = None
     if check.ok:
         try:
-            check = _check_payload(mb, merge_unit)
+            check = _check_payload(
+                mb, merge_unit, None if pad_ids is None else frozenset(int(i) for i in pad_ids)
+            )
         except (RuntimeError, IndexError, TypeError, ValueError, AttributeError) as exc:
             check = _Check(False, f"sample {_safe_keys(mb)}: malformed vision payload ({exc!r})")
             cause = exc

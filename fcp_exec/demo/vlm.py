@@ -111,8 +111,9 @@ def tiny_qwen25_vl(tok: Any, seed: int) -> Any:
 
 
 def _step_line(step: int, loss: float, m: Any, rows: Any, measured: float) -> str:
-    degrees = sorted(m.degrees, reverse=True)
-    mix = " ".join(f"<{d}>x{degrees.count(d)}" for d in sorted(set(degrees), reverse=True))
+    from fcp_data.planner import format_degrees  # the command line's degree notation
+
+    mix = format_degrees(m.degrees)
     enc = " ".join(f"r{r}:{int(a)}/{int(b)}" for r, (a, b) in enumerate(rows.tolist()))
     return (
         f"step {step}: loss {loss:.4f} | {m.num_waves} wave(s) {mix} | tubelets encoded / "
@@ -166,6 +167,7 @@ def train(args: argparse.Namespace) -> None:
     units = vision_work_from_index(src).units  # whole-video tubelets per (kept) sample
     model = tiny_qwen25_vl(tok, args.seed).to(dev)
     lm, visual = model.model.language_model, model.model.visual
+    pad_ids = (model.config.image_token_id, model.config.video_token_id)  # the hook checks them
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     loader = FCPDataLoader(
         src, replica=rank, global_batch_size=args.global_batch, seed=args.seed, num_workers=0,
@@ -198,7 +200,8 @@ def train(args: argparse.Namespace) -> None:
         with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
             mb = mb.to(dev)
             t0 = time.perf_counter()
-            embeds = encode_and_scatter(visual, mb, lm.embed_tokens(mb.tokens), group=cp.group)
+            embeds = encode_and_scatter(visual, mb, lm.embed_tokens(mb.tokens), group=cp.group,
+                                        pad_ids=pad_ids)  # fmt: skip
             hidden = lm(inputs_embeds=embeds[None], position_ids=hf_position_ids(mb),
                         **hf_attention_kwargs(mb, cp)).last_hidden_state  # fmt: skip
             logits = model.lm_head(hidden)[0]

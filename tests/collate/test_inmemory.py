@@ -118,8 +118,9 @@ def test_shard_then_unshard_is_the_identity(case, seed: int) -> None:
     lens, n_rep, unit, idle, plan = case
     batch, raw = _batch(lens, seed)
     cluster = Cluster(
-        n_rep, tokens_per_replica=4096, tensor_parallel=unit, sequence_parallel=unit > 1, idle=idle
-    )
+        n_rep, tokens_per_replica=4096, tensor_parallel=unit, sequence_parallel=unit > 1,
+        idle=idle, replicas_per_node=n_rep,
+    )  # fmt: skip
     shards = [
         shard_batch(batch, cluster, COST, replica=r, planner=fixed_planner(plan))
         for r in range(n_rep)

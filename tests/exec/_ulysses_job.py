@@ -25,6 +25,7 @@ from fcp_exec.transport_bytes import (
     hybrid_ring_bytes_per_token,
     kv_heads_per_member,
 )
+from fcp_exec.verify import ShapeMismatchError
 
 from ._reference import Pack, reference_attention, shard
 
@@ -248,6 +249,19 @@ def _bad_inputs(rank: int, world: int) -> None:
                 _rank_plan(rank, four, pack, 0, ulysses=3), groups=cache
             ).__enter__(),
         )
+    # members of a u = 2 pair that disagree on the head count: the same named error on both,
+    # before the first all-to-all (was: a raw gloo error on one and a hang on the other)
+    pair = Group((4, 5), 2, 4, 2)
+    if rank in pair.replicas:
+        pk = _pack(pair, seed=8)
+        me = pair.replicas.index(rank)
+        q, k, v = (shard(t, pk, me) for t in (pk.q, pk.k, pk.v))
+        if rank == 5:
+            q = q[:, :2]  # H = 2 here, 4 on rank 4: u = 2 divides both, so only the check sees it
+        with cp_context(_rank_plan(rank, pair, pk, 0), groups=cache) as cp:
+            msg = _raises(ShapeMismatchError, "different shapes", lambda: cp_attention(
+                q, k, v, pk.cu, pk.cu_padded, binding=cp))  # fmt: skip
+            assert "rank 4: H=4 H_kv=2" in msg and "rank 5: H=2 H_kv=2" in msg, msg
     # ... and the cache refuses to prepare such a group on every rank, before any new_group
     _raises(
         Exception, "does not divide the degree 4", lambda: cache.prepare([Group((0, 1, 2, 3), 3)])

@@ -53,27 +53,43 @@ def _case(name: str) -> tuple[Any, Any, torch.Tensor, str]:
         mb.vision_scatter, want = torch.tensor([4, -1]), "holds 2 tokens of vision id 99"
     elif name == "malformed grid":
         mb.grid_thw, want = torch.tensor([1, 2, 4]), "malformed vision payload"
+    elif name == "unique text target":  # the only row of its kind, on a text id present once:
+        mb = _single_row_on(6)  # nothing to infer the pad from; the model's pad ids catch it
+        want = "token id 6, which is not one of the model's vision pad ids [99]"
     else:
         raise AssertionError(name)
     return tower, mb, embeds, want
 
 
 CASES = ("embeds", "tower raises", "tower type", "minus two", "repeat", "text target",
-         "shifted", "missing pad", "malformed grid")  # fmt: skip
+         "shifted", "missing pad", "malformed grid", "unique text target")  # fmt: skip
+
+
+def _single_row_on(position: int) -> Any:
+    """One run of one merged row (t=1, h=2, w=2) sent to `position`."""
+    return SimpleNamespace(
+        tokens=torch.tensor([0, 1, 2, 3, PAD, PAD, 6, 7]), keys=("v7",),
+        pixel_values=torch.randn(4, 3), grid_thw=torch.tensor([[1, 2, 2]]),
+        vision_runs=torch.tensor([[0, 1, 0, 1]]), vision_scatter=torch.tensor([position]),
+    )  # fmt: skip
 
 
 def faults_worker(rank: int, world: int) -> None:
     from fcp_exec.vision import VisionScatterError, encode_and_scatter
 
     group = dist.new_group([0, 1])
-    out = encode_and_scatter(Tower(), good_mb(), torch.randn(8, HIDDEN), group=group)
+    out = encode_and_scatter(Tower(), good_mb(), torch.randn(8, HIDDEN), group=group,
+                             pad_ids=(PAD,))  # fmt: skip
     assert out.shape == (8, HIDDEN)  # the good payload passes every check
+    # without the model's pad ids a lone row on a text id present once cannot be told apart
+    encode_and_scatter(Tower(), _single_row_on(6), torch.randn(8, HIDDEN), group=None)
     for name in CASES:
         tower, mb, embeds, want = _case(name)
         if rank != 0:  # the peer is healthy: it must raise the same error, not wait
             tower, mb, embeds = Tower(), good_mb(), torch.randn(8, HIDDEN)
+        pads = (PAD,) if name == "unique text target" else None  # the others: inferred
         try:
-            encode_and_scatter(tower, mb, embeds, group=group)
+            encode_and_scatter(tower, mb, embeds, group=group, pad_ids=pads)
         except VisionScatterError as e:
             text = str(e)
             assert "rank 0:" in text and want in text and "v7" in text, (name, text)

@@ -65,8 +65,9 @@ def test_placeholder_seconds_are_the_cost_of_two_pad_units_at_degree_one(qwen8b)
     assert got[0] == got[2] == qwen8b.group_time([2], 1)
     assert got[1] == qwen8b.group_time([2], 1, speed=0.5)
     assert 1.7e-3 < got[0] < 1.9e-3 and got[0] > qwen8b.beta1  # beta1 (1.62 ms) dominates
-    sp = Cluster(2, tokens_per_replica=4096, tensor_parallel=8, sequence_parallel=True,
-                 devices_per_node=8)
+    sp = Cluster(
+        2, tokens_per_replica=4096, tensor_parallel=8, sequence_parallel=True, devices_per_node=8
+    )
     assert qwen8b.placeholder_seconds(sp)[0] == qwen8b.group_time([16], 1)  # 2 x TP tokens
     assert not qwen8b.placeholder_seconds(Cluster(2, tokens_per_replica=64, idle="empty")).any()
 
