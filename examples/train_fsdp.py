@@ -20,12 +20,14 @@ skipped one would leave the others waiting. Without --index, rank 0 writes and i
 shards (ids: 4 utf-8 bytes to a token, exactly the index's default `bytes:4` count);
 `--tokenizer` (the tokenizer.json or directory your index was counted with) replaces that and
 sizes the vocabulary; `--cost` plans with your profile, a shipped name or MODEL@HARDWARE.
-Every step prints its plan, wall time, tokens/s and the time it waited for data; the run
-closes with a summary. `--checkpoint DIR` saves the sharded model and optimizer
+Every step prints its loss, loss tokens, the tokens it trained (samples dropped as too long
+for the cluster are counted and named on the line, not counted as trained), its plan, wall
+time, trained tokens/s and the time it waited for data; the run closes with a summary of the
+same counts. `--checkpoint DIR` saves the sharded model and optimizer
 (torch.distributed.checkpoint) and the loader's `state_dict()` after the last step;
 `--resume DIR` loads them and continues with exactly the batch an uninterrupted run would have
-trained next (same world size). CPU/gloo; `--device cuda` (NCCL, one GPU per process by
-LOCAL_RANK) was not run on hardware here.
+trained next (same world size: another one is refused in one line naming both). CPU/gloo;
+`--device cuda` (NCCL, one GPU per process by LOCAL_RANK) was not run on hardware here.
 """
 
 from __future__ import annotations
@@ -105,6 +107,37 @@ def load_tokenizer(spec: str | None) -> tuple[object, int, int]:
     return tok, -(-(size + 1) // 64) * 64, size
 
 
+def trained_tokens(batch: list) -> int:
+    """Tokens of the sequences this replica's groups trained in one global batch, each counted
+    once (by the group's first member); placeholders and dropped samples count 0."""
+    return sum(sum(mb.rank_plan.seqlens) for mb in batch
+               if not mb.is_placeholder and mb.rank_plan.index_in_group == 0)  # fmt: skip
+
+
+def dropped_note(skipped: tuple) -> str:
+    """ "dropped 0" or "dropped 3 (too long for the cluster): a.py, b.py, c.py" (4 keys at most)."""
+    if not skipped:
+        return "dropped 0"
+    reasons = sorted({reason.split(" (")[0] for _, reason in skipped})
+    keys = [key for key, _ in skipped]
+    more = f" +{len(keys) - 4} more" if len(keys) > 4 else ""
+    return f"dropped {len(keys)} ({'; '.join(reasons)}): {', '.join(keys[:4])}{more}"
+
+
+def resume_mismatch(resume: str, world: int) -> str | None:
+    """Why a --resume directory cannot continue on `world` processes (None when it can): the
+    sharded model and optimizer were saved for the world size loader.json records."""
+    meta = Path(resume) / "loader.json"
+    if not meta.is_file():
+        return f"--resume {resume}: no {meta} (a directory written by --checkpoint)"
+    saved = json.loads(meta.read_text())["world_size"]
+    if saved != world:
+        return (f"--resume {resume} was saved by {saved} processes, this run starts {world}: "
+                f"resume with --replicas {saved} (the sharded model and optimizer are laid out "
+                "for that many)")  # fmt: skip
+    return None
+
+
 def checkpoint_states(model: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
     """The sharded model and optimizer states (DTensors) as torch.distributed.checkpoint
     saves and loads them: every rank writes and reads only its own shards."""
@@ -163,7 +196,7 @@ def build_model(mesh: Any, device: torch.device, vocab: int = 512) -> torch.nn.M
 def train(args: argparse.Namespace, rank: int, world: int, device: torch.device) -> list[dict]:
     from fcp_data import FCPDataLoader
     from fcp_data.loader import LoaderOptions
-    from fcp_data.planner import Cluster
+    from fcp_data.planner import Cluster, format_degrees
     from fcp_exec import CPGroupCache, ReplicaRanks, cp_context
     from fcp_exec.hf import hf_attention_kwargs, hf_position_ids
 
@@ -182,10 +215,10 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
+        why = resume_mismatch(args.resume, world)  # under torchrun started by hand
+        if why is not None:
+            raise SystemExit(why)
         meta = json.loads((Path(args.resume) / "loader.json").read_text())
-        if meta["world_size"] != world:
-            raise SystemExit(f"--resume {args.resume} was saved by {meta['world_size']} "
-                             f"processes, this run has {world}")  # fmt: skip
         states = checkpoint_states(model, optimizer)
         dcp.load(states, checkpoint_id=str(Path(args.resume) / "model"))
         set_state_dict(model, optimizer, model_state_dict=states["model"],
@@ -194,7 +227,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
         done = meta["steps"]
     records: list[dict] = []
     loss, idle, t_step, epoch = torch.zeros((), device=device), 0, time.perf_counter(), loader.epoch
-    wait = 0.0
+    wait, trained = 0.0, 0
     while len(records) < args.steps:  # epochs back to back (from the resumed one)
         loader.set_epoch(epoch)
         epoch += 1
@@ -219,30 +252,33 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                 wave_loss = (ce * mb.loss_mask).sum() / mb.global_num_loss_tokens
                 wave_loss.backward()  # FSDP reduce-scatters here, as a SUM over replicas
                 loss, idle = loss + wave_loss.detach(), idle + int(mb.is_placeholder)
+                trained += trained_tokens([mb])
             if not mb.is_last_wave:
                 continue
             optimizer.step()  # the gradients are already summed: no all_reduce_gradients
             optimizer.zero_grad(set_to_none=True)
-            stats = torch.tensor([float(loss), idle, time.perf_counter() - t_step, wait],
-                                 device=device)  # fmt: skip
-            dist.all_reduce(stats[:2])  # the global per-token loss, placeholders run
-            dist.all_reduce(stats[2:], op=dist.ReduceOp.MAX)  # the slowest replica
+            stats = torch.tensor([float(loss), idle, trained, time.perf_counter() - t_step,
+                                  wait], dtype=torch.float64, device=device)  # fmt: skip
+            dist.all_reduce(stats[:3])  # the global per-token loss, placeholders, tokens trained
+            dist.all_reduce(stats[3:], op=dist.ReduceOp.MAX)  # the slowest replica
             m = loader.metrics
             r = {"loss": float(stats[0]), "idle": int(stats[1]), "waves": m.num_waves,
                  "tokens": mb.global_num_loss_tokens, "dropped": len(m.skipped),
-                 "degrees": sorted(m.degrees, reverse=True), "wall": float(stats[2]),
-                 "wait": float(stats[3]), "all_tokens": m.num_tokens}  # fmt: skip
+                 "degrees": sorted(m.degrees, reverse=True), "wall": float(stats[3]),
+                 "wait": float(stats[4]), "trained": int(stats[2])}  # fmt: skip
             records.append(r)
             if rank == 0:
                 print(
                     f"step {done + len(records)}: loss {r['loss']:.4f} | {r['tokens']} loss "
-                    f"tokens, {r['waves']} wave(s), degrees {r['degrees']}, {r['idle']} "
+                    f"tokens, {r['trained']} tokens trained, {dropped_note(m.skipped)} | "
+                    f"{r['waves']} wave(s) {format_degrees(r['degrees'])}, {r['idle']} "
                     f"placeholder micro-batch(es) | {r['wall']:.3f} s, "
-                    f"{r['all_tokens'] / r['wall']:,.0f} tokens/s, data wait {r['wait']:.3f} s "
+                    f"{r['trained'] / r['wall']:,.0f} tokens/s, data wait {r['wait']:.3f} s "
                     f"| epoch {m.epoch} batch {m.batch_index}",
                     flush=True,
                 )
             loss, idle, t_step, wait = torch.zeros((), device=device), 0, time.perf_counter(), 0.0
+            trained = 0
             if len(records) == args.steps:
                 break
     groups.clear()
@@ -266,21 +302,26 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
 
 
 def summary(records: list[dict], world: int, layout: str) -> str:
+    """The run's totals, counting only what trained (dropped samples are counted apart)."""
     tokens, wall = sum(r["tokens"] for r in records), sum(r["wall"] for r in records)
-    wait, every = sum(r["wait"] for r in records), sum(r["all_tokens"] for r in records)
+    wait, trained = sum(r["wait"] for r in records), sum(r["trained"] for r in records)
     return (
         f"{len(records)} steps on {world} replicas ({layout}): loss {records[0]['loss']:.4f} -> "
         f"{records[-1]['loss']:.4f}; {tokens / wall:,.0f} loss tokens/s; "
-        f"{sum(r['idle'] for r in records)} placeholder micro-batches; "
-        f"{sum(r['dropped'] for r in records)} samples too long for the cluster left out; "
-        f"wall {wall:.2f} s, {every / wall:,.0f} tokens/s, waited {wait:.2f} s for data "
-        f"({wait / wall:.0%} of the wall time)"
+        f"{sum(r['idle'] for r in records)} placeholder micro-batches; {trained:,} tokens "
+        f"trained; {sum(r['dropped'] for r in records)} samples dropped (named on the step "
+        f"lines); wall {wall:.2f} s, {trained / wall:,.0f} tokens/s, waited {wait:.2f} s for "
+        f"data ({wait / wall:.0%} of the wall time)"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if "RANK" not in os.environ:  # not under torchrun: become it, on this host
+        why = resume_mismatch(args.resume, args.replicas) if args.resume else None
+        if why is not None:  # one line, before any process starts
+            print(f"train_fsdp.py: error: {why}", file=sys.stderr)
+            return 2
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={args.replicas}", __file__, *(argv or sys.argv[1:])]  # fmt: skip
         return subprocess.call(cmd, env={"OMP_NUM_THREADS": "1", **os.environ})

@@ -26,14 +26,18 @@ replaces that, and the model's vocabulary grows to fit it. `--cost` plans with y
 (`fcp profile -o FILE`, or a shipped name such as cpu-small) or a model preset on a hardware
 preset (`qwen3-8b@h200`). The model has the shape of the shipped `cpu-small` cost profile.
 
-Every step prints its plan, the predicted and measured forward+backward time, the step's wall
-time, tokens/s and the time it waited for data (blocked on the loader: planning and loading
-that did not overlap compute); the run closes with a summary. `--checkpoint DIR` saves, after
-the last step, each rank's model and optimizer state with the loader's `state_dict()` (a few
-integers: where the next micro-batch comes from); `--resume DIR` loads them, so the run
-continues with exactly the batch an uninterrupted run would have trained next (same replicas
-and layout; `--steps` counts the steps of this run). CPU/gloo; `--device cuda` (NCCL, one GPU
-per process by LOCAL_RANK) was not run on hardware here.
+Every step prints its loss, the loss tokens and the tokens it trained (samples the planner
+dropped as too long for the cluster are not counted: they are counted and named on the line
+instead), its plan, the predicted and measured forward+backward time, the step's wall time,
+trained tokens/s and the time it waited for data (blocked on the loader: planning and loading
+that did not overlap compute); the run closes with a summary of the same counts.
+`--checkpoint DIR` saves, after the last step, each rank's model and optimizer state with the
+loader's `state_dict()` (a few integers: where the next micro-batch comes from); `--resume DIR`
+loads them, so the run continues with exactly the batch an uninterrupted run would have
+trained next (same replicas and layout: another process count is refused in one line naming
+both counts, since the model and optimizer files are per rank; `--steps` counts the steps of
+this run). CPU/gloo; `--device cuda` (NCCL, one GPU per process by LOCAL_RANK) was not run on
+hardware here.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -126,6 +131,40 @@ def load_tokenizer(spec: str | None) -> tuple[object, int | None, tuple[int, int
     inner = fast.tokenizer if fast is not None else tok.tokenizer
     size = inner.get_vocab_size() if hasattr(inner, "get_vocab_size") else len(inner)
     return tok, -(-(size + 3) // 128) * 128, (size, size + 1, size + 2)
+
+
+def trained_tokens(batch: list) -> int:
+    """Tokens of the sequences this replica's groups trained in one global batch, each counted
+    once (by the group's first member); placeholders and dropped samples count 0."""
+    return sum(sum(mb.rank_plan.seqlens) for mb in batch
+               if not mb.is_placeholder and mb.rank_plan.index_in_group == 0)  # fmt: skip
+
+
+def dropped_note(skipped: tuple) -> str:
+    """ "dropped 0" or "dropped 3 (too long for the cluster): a.py, b.py, c.py" (4 keys at most)."""
+    if not skipped:
+        return "dropped 0"
+    reasons = sorted({reason.split(" (")[0] for _, reason in skipped})
+    keys = [key for key, _ in skipped]
+    more = f" +{len(keys) - 4} more" if len(keys) > 4 else ""
+    return f"dropped {len(keys)} ({'; '.join(reasons)}): {', '.join(keys[:4])}{more}"
+
+
+def resume_mismatch(resume: str, procs: int) -> str | None:
+    """Why a --resume directory cannot continue on `procs` processes (None when it can).
+
+    Each rank saved its own model and optimizer shard (rank-NNNNN.pt), so another process count
+    has files for ranks that do not exist or none for ranks that do; the loader's state alone
+    would resume elastically, the shards would not."""
+    folder = Path(resume)
+    if not folder.is_dir():
+        return f"--resume {resume}: no such checkpoint directory (written by --checkpoint)"
+    saved = len(list(folder.glob("rank-*.pt")))
+    if saved != procs:
+        return (f"--resume {resume} was saved by {saved} processes, this run starts {procs}: "
+                "resume with the replicas, --tp and --pp it was saved with (the model and "
+                "optimizer files are per rank)")  # fmt: skip
+    return None
 
 
 def keys_digest(batch: list) -> str:
@@ -223,7 +262,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
 
     from fcp_data import FCPDataLoader
     from fcp_data.loader import LoaderOptions
-    from fcp_data.planner import Cluster
+    from fcp_data.planner import Cluster, format_degrees
     from fcp_exec import CPGroupCache, ReplicaRanks, all_reduce_gradients
     from fcp_exec.megatron import check_layout
     from fcp_exec.megatron_cpu import cuda_on_cpu
@@ -274,10 +313,10 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     )  # fmt: skip
     done = 0  # steps of earlier runs (--resume)
     if args.resume:
+        why = resume_mismatch(args.resume, world)  # under torchrun started by hand
+        if why is not None:
+            raise SystemExit(why)
         state = torch.load(Path(args.resume) / f"rank-{rank:05d}.pt", weights_only=False)
-        if state["world_size"] != world:
-            raise SystemExit(f"--resume {args.resume} was saved by {state['world_size']} "
-                             f"processes, this run has {world}")  # fmt: skip
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         loader.load_state_dict(state["loader"])  # exact: the next micro-batch it would yield
@@ -313,23 +352,26 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                 all_reduce_gradients(model)  # SUM over the replicas' data-parallel group
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-            stats = torch.tensor([float(loss) if counts_loss else 0.0, busy,
-                                  time.perf_counter() - t_step, wait])  # fmt: skip
-            dist.all_reduce(stats[:1])  # the global per-token loss
-            dist.all_reduce(stats[1:], op=dist.ReduceOp.MAX)  # the slowest rank
+            stats = torch.tensor([float(loss) if counts_loss else 0.0,
+                                  trained_tokens(batch) if counts_loss else 0, busy,
+                                  time.perf_counter() - t_step, wait],
+                                 dtype=torch.float64)  # exact token counts  # fmt: skip
+            dist.all_reduce(stats[:2])  # the global per-token loss and the tokens trained
+            dist.all_reduce(stats[2:], op=dist.ReduceOp.MAX)  # the slowest rank
             m = loader.metrics
             r = {"loss": float(stats[0]), "waves": m.num_waves, "predicted": m.predicted_time,
                  "tokens": mb.global_num_loss_tokens, "dropped": len(m.skipped),
-                 "degrees": sorted(m.degrees, reverse=True), "measured": float(stats[1]),
-                 "wall": float(stats[2]), "wait": float(stats[3]), "all_tokens": m.num_tokens,
+                 "degrees": sorted(m.degrees, reverse=True), "measured": float(stats[2]),
+                 "wall": float(stats[3]), "wait": float(stats[4]), "trained": int(stats[1]),
                  "placeholders": sum(b.is_placeholder for b in batch)}  # fmt: skip
             records.append(r)
             if rank == 0:
                 print(
                     f"step {done + len(records)}: loss {r['loss']:.4f} | {r['tokens']} loss "
-                    f"tokens, {r['waves']} wave(s), degrees {r['degrees']} | predicted "
+                    f"tokens, {r['trained']} tokens trained, {dropped_note(m.skipped)} | "
+                    f"{r['waves']} wave(s) {format_degrees(r['degrees'])} | predicted "
                     f"{r['predicted']:.3f} s, measured {r['measured']:.3f} s | wall "
-                    f"{r['wall']:.3f} s, {r['all_tokens'] / r['wall']:,.0f} tokens/s, data wait "
+                    f"{r['wall']:.3f} s, {r['trained'] / r['wall']:,.0f} tokens/s, data wait "
                     f"{r['wait']:.3f} s | epoch {m.epoch} batch {m.batch_index}, keys "
                     f"{keys_digest(batch)}",
                     flush=True,
@@ -358,16 +400,17 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
 
 
 def summary(records: list[dict], world: int) -> str:
+    """The run's totals, counting only what trained (dropped samples are counted apart)."""
     pred, meas = sum(r["predicted"] for r in records), sum(r["measured"] for r in records)
     tokens, wall = sum(r["tokens"] for r in records), sum(r["wall"] for r in records)
-    wait, every = sum(r["wait"] for r in records), sum(r["all_tokens"] for r in records)
+    wait, trained = sum(r["wait"] for r in records), sum(r["trained"] for r in records)
     return (
         f"{len(records)} steps on {world} replicas: loss {records[0]['loss']:.4f} -> "
         f"{records[-1]['loss']:.4f}; forward+backward predicted {pred:.2f} s, measured "
         f"{meas:.2f} s ({meas / pred:.2f}x); {tokens / wall:,.0f} loss tokens/s; "
-        f"{sum(r['dropped'] for r in records)} samples too long for the cluster left out; "
-        f"wall {wall:.2f} s, {every / wall:,.0f} tokens/s, waited {wait:.2f} s for data "
-        f"({wait / wall:.0%} of the wall time)"
+        f"{trained:,} tokens trained; {sum(r['dropped'] for r in records)} samples dropped "
+        f"(named on the step lines); wall {wall:.2f} s, {trained / wall:,.0f} tokens/s, waited "
+        f"{wait:.2f} s for data ({wait / wall:.0%} of the wall time)"
     )
 
 
@@ -375,10 +418,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if "RANK" not in os.environ:  # not under torchrun: become it, on this host
         procs = args.replicas * args.tp * args.pp
+        why = resume_mismatch(args.resume, procs) if args.resume else None
+        if why is not None:  # one line, before any process starts
+            print(f"train_megatron.py: error: {why}", file=sys.stderr)
+            return 2
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={procs}", __file__, *(argv or sys.argv[1:])]  # fmt: skip
         return subprocess.call(cmd, env={"OMP_NUM_THREADS": "1", **os.environ})
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")  # no Apex/TE
+    # megatron warns once per process that TransformerEngine and Apex are absent (it falls
+    # back to torch, which is what runs here) and logs GPTModel's deprecation: not this run's
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")
+    logging.getLogger("megatron").setLevel(logging.ERROR)
     from megatron.core import parallel_state
 
     from fcp_exec.megatron_cpu import cuda_on_cpu  # megatron's SP/PP layers allocate on CUDA

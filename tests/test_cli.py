@@ -90,7 +90,8 @@ def test_plan_from_an_index_is_the_batch_the_viewer_draws(capsys, tmp_path):
     paths = make_shards(tmp_path / "s", text=12, seed=1, samples_per_shard=6)
     build_index([str(p) for p in paths], tmp_path / "idx")
     argv = ["plan", "--index", str(tmp_path / "idx"), "--batch", "6", "--batch-index", "1",
-            "--replicas", "4", "--cost", "cpu-small", "--json"]  # fmt: skip
+            "--replicas", "4", "--cost", "cpu-small", "--tokens-per-replica", "4096",
+            "--json"]  # fmt: skip
     assert main(argv) == 0
     plan = Plan.from_json(capsys.readouterr().out)
     batch = batch_from_index(tmp_path / "idx", batch_size=6, batch_index=1)
@@ -103,7 +104,8 @@ def test_plan_from_an_index_is_the_batch_the_viewer_draws(capsys, tmp_path):
 def test_cost_by_shipped_name_or_relative_path(capsys, tmp_path, monkeypatch):
     from fcp_data.profiling import shipped_profile
 
-    base = ["plan", "--distribution", "c4", "--batch", "16", "--replicas", "4", "--json"]
+    base = ["plan", "--distribution", "c4", "--batch", "16", "--replicas", "4",
+            "--tokens-per-replica", "4096", "--json"]  # fmt: skip
     assert main([*base, "--cost", "cpu-small"]) == 0
     shipped = Plan.from_json(capsys.readouterr().out)
     monkeypatch.chdir(tmp_path)

@@ -201,15 +201,19 @@ def test_a_ring_fit_that_prices_the_ring_as_free_is_measured_again_then_refused(
     path, how = demo._local_cost(argparse.Namespace(cost=None), tmp_path)
     assert len(calls) == 2, "a degenerate fit is measured once more"
     assert path == shipped_profile("cpu-small") and not (tmp_path / "cost-ring.json").exists()
-    assert "bandwidth term was fitted as 0" in how and "like static CP" in how
+    assert "bandwidth term was fitted as 0" in how and "the shipped cpu-small profile" in how
     assert "1000000 MB/s" not in how
     assert capsys.readouterr().err.count("fcp demo: warning: the ring fit is degenerate") == 2
 
 
 def test_ring_fit_problems_name_zero_and_absurd_terms() -> None:
+    import dataclasses
+
     from fcp_data.commands.demo import ring_fit_problems
 
-    base = CostModel.load(shipped_profile("cpu-small"))
+    # priced at an idle loopback ping-pong (4 GB/s), what a ring fit is compared with
+    shipped = CostModel.load(shipped_profile("cpu-small"))
+    base = dataclasses.replace(shipped, intra_node_bandwidth=4e9, inter_node_bandwidth=4e9)
     rows = (FitRow(x=512, measured=0.01, predicted=0.01),)
     ok = Fit(coef={"seconds_per_byte": 1 / 7e7, "beta2": 2e-3}, rows=rows)
     assert ring_fit_problems(ok, base) == []
@@ -222,20 +226,21 @@ def test_ring_fit_problems_name_zero_and_absurd_terms() -> None:
     assert ring_fit_problems(flat, base) == ["its per-step latency (β2) was fitted as 0"]
 
 
-def test_a_measured_difference_within_the_run_to_run_spread_is_called_noise() -> None:
-    from fcp_data.commands.demo import measured_comparison
+def test_a_measured_difference_whose_paired_interval_holds_one_is_called_noise() -> None:
+    """The paired verdict on given numbers (tests/test_first_hour.py has the statistics)."""
+    from fcp_data.commands.demo import paired_comparison
 
-    noisy = [{"strategy_s": [0.2, 0.27], "baseline_s": [0.3, 0.46]},
-             {"strategy_s": [0.3, 0.46], "baseline_s": [0.2, 0.25]}]  # fmt: skip
-    text = "\n".join(measured_comparison(noisy, same_plan_steps=2))
-    assert "runs 0.47, 0.76" in text and "within the run-to-run spread" in text
+    noisy = [{"strategy_s": [0.2, 0.27], "baseline_s": [0.3, 0.16]},
+             {"strategy_s": [0.3, 0.46], "baseline_s": [0.2, 0.55]}]  # fmt: skip
+    text = "\n".join(paired_comparison(noisy, predicted=1.0, same_plan_steps=2))
+    assert "4 paired steps" in text and "the interval holds 1.0: noise" in text
     assert "planned the same groups in 2 of 2 step(s)" in text
     clear = [{"strategy_s": [0.2, 0.2], "baseline_s": [0.5, 0.5]},
              {"strategy_s": [0.21, 0.2], "baseline_s": [0.5, 0.52]}]  # fmt: skip
-    text = "\n".join(measured_comparison(clear, same_plan_steps=0))
-    assert "larger than the run-to-run spread" in text and "2.49x" in text
-    one = "\n".join(measured_comparison(clear[:1], same_plan_steps=0))
-    assert "spread is unknown" in one
+    text = "\n".join(paired_comparison(clear, predicted=2.0, same_plan_steps=0))
+    assert "fcp faster" in text and "2.50x" in text and "88% interval" in text
+    one = "\n".join(paired_comparison(clear[:1], predicted=2.0, same_plan_steps=0))
+    assert "2 pair(s): too few for a verdict" in one and "fcp faster" not in one
 
 
 # ---- 4. no sequence is left out of the picture silently -------------------------------------

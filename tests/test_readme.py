@@ -230,6 +230,12 @@ def _env() -> dict[str, str]:
     return env
 
 
+# what megatron-core prints on a CPU without TransformerEngine and Apex (it falls back to torch):
+# a documented loop filters it, so its own step lines are what a user reads
+TRAINING_NOISE = ("Transformer Engine and Apex are not installed", "Apex is not installed",
+                  "GPTModel IS DEPRECATED")  # fmt: skip
+
+
 @pytest.mark.parametrize("page", RUN_PAGES)
 def test_runnable_blocks_run_in_order(page: str, tmp_path: Path) -> None:
     """A page's runnable blocks, in order, in one working directory; the paths every block
@@ -259,6 +265,12 @@ def test_runnable_blocks_run_in_order(page: str, tmp_path: Path) -> None:
             f"{page} line {b.line} ({b.lang}) exited {out.returncode}:\n{b.code}\n"
             f"--- stdout ---\n{out.stdout[-3000:]}\n--- stderr ---\n{out.stderr[-4000:]}"
         )
+        if b.nproc:  # a training loop says what it trained, not megatron's import noise
+            assert re.search(r"^step \d+: loss [\d.]+", out.stdout, re.M), (
+                f"{page} line {b.line}: no step line (loss, tokens, time):\n{out.stdout[-2000:]}"
+            )
+            noise = [w for w in TRAINING_NOISE if w in out.stderr]
+            assert not noise, f"{page} line {b.line}: unfiltered warnings {noise}"
         bad = missing_paths(b, tmp_path, ran=True)
         assert not bad, f"{page} line {b.line} names paths that neither exist nor it wrote: {bad}"
 

@@ -50,6 +50,7 @@ __all__ = [
     "cluster_and_budget_from_args",
     "cluster_from_args",
     "cost_from_args",
+    "cost_identity",
     "layout_from_args",
     "lengths_from_args",
     "print_budget",
@@ -108,7 +109,8 @@ def add_problem_args(p: argparse.ArgumentParser, *, saved_plan: bool = False) ->
         type=int_in(0, MAX_TOKENS_PER_REPLICA),
         default=None,
         help="tokens one replica holds; default (or 0): derived from --hardware memory, --model "
-        "and the layout flags below (docs/memory.md)",
+        "and the layout flags below (docs/memory.md); required with a --cost profile of "
+        "another model or device (cpu-small)",
     )
     cl.add_argument(
         "--model",
@@ -348,6 +350,7 @@ def cluster_and_budget_from_args(
                 f"{flag} {value!r} is not a preset; known: {', '.join(sorted(table))} (the "
                 "memory model derives --tokens-per-replica from both; or give it)"
             )
+    _check_memory_model_matches_cost(args)
     dev = DEVICES[str(args.hardware).lower()]
     budget = derive_tokens_per_replica(
         args.model, layout, dev.memory_bytes, args.replicas, reserve=args.memory_reserve
@@ -359,6 +362,43 @@ def cluster_and_budget_from_args(
         sync_waves=args.sync_waves,  # type: ignore[arg-type]
     )
     return cluster, budget
+
+
+def cost_identity(name: str) -> tuple[str, str] | None:
+    """(model, device) a cost model's name starts with: "cpu-small@cpu (measured, 1 thread)"
+    -> ("cpu-small", "cpu"), "qwen3-8b@h200 TP=1 PP=1 (analytic)" -> ("qwen3-8b", "h200");
+    None for a name without "MODEL@DEVICE" (a hand-made CostModel)."""
+    head = name.split(maxsplit=1)[0] if name.strip() else ""
+    model, at, device = head.partition("@")
+    return (model.lower(), device.lower()) if at and model and device else None
+
+
+def _check_memory_model_matches_cost(args: argparse.Namespace) -> None:
+    """ConfigError unless the memory model that would derive --tokens-per-replica (--model on
+    --hardware) is the model and device the --cost profile was measured for.
+
+    The derivation needs a model's parameters and activations and a device's memory; a profile
+    measures neither. Deriving anyway gave `fcp plan --cost cpu-small` 11,756 tokens from
+    Qwen3-8B on a 141 GB H200 and printed it beside "cpu-small@cpu": a capacity from another
+    machine. A profile of a preset model on a preset device ("qwen3-8b@h200 ...") matches
+    --model qwen3-8b --hardware h200 and derives as the analytic cost does."""
+    if args.cost is None:
+        return
+    from ..profiling.shipped import resolve_cost
+
+    cost = CostModel.load(resolve_cost(args.cost))
+    mine = (str(args.model).lower(), str(args.hardware).lower())
+    theirs = cost_identity(cost.name)
+    if theirs == mine:
+        return
+    measured = f"{theirs[0]} on {theirs[1]}" if theirs else f"{cost.name!r}"
+    raise ConfigError(
+        f"--tokens-per-replica is required with --cost {args.cost}: the profile prices "
+        f"{measured}, while the memory model would derive the capacity from --model "
+        f"{args.model} on --hardware {args.hardware} (another model and device); give "
+        "--tokens-per-replica N (tokens one replica holds, e.g. 4096 for cpu-small on a CPU), "
+        "or the profile's own --model and --hardware when they are presets"
+    )
 
 
 def cluster_from_args(args: argparse.Namespace) -> Cluster:

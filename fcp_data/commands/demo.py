@@ -10,27 +10,32 @@
    ring, and draw fcp beside static CP and megatron-core's hybrid CP.
 3. Train a small megatron-core GPT on gloo processes with FCPDataLoader + fcp_exec
    (`python -m fcp_exec.demo`, a separate process: the data side never imports the training
-   side), then the same batches again with static CP, and print measured step times side by
-   side; both are timed --repeats times, alternating, and a difference within the spread
-   between those runs is reported as run-to-run noise, not as a speedup.
+   side) with fcp and with static CP as paired steps: each global batch runs under both back
+   to back, --repeats times, the order alternating. The verdict is the median of the paired
+   ratios (static / fcp) with a distribution-free interval for it (order statistics of the
+   binomial, 96% for 9 pairs); an interval that holds 1.0 is called noise, whatever the
+   medians say.
 4. Two steps of a tiny Qwen2.5-VL-architecture model (transformers) on the same processes'
    count (`python -m fcp_exec.demo.vlm`): each replica encodes only the video tubelets it
    holds; --skip-vlm leaves it out.
 
-About 1.5-2 minutes on 2 CPU cores after install (most of it process start-up and
-megatron-core imports; --repeats 1 times step 3 once instead of twice); --skip-train leaves
-out step 3 (~25 s then). Pictures are never
-overwritten: a rerun writes plan-1.png, plan-2.png, ... beside the first. A ring fit that
-priced communication as free (its bandwidth term fitted as 0, or faster than the idle link)
-is measured once more and, if it stays so, not used: the demo says so and what it implies.
-Planning times are warm (each strategy plans a tiny batch first, untimed).
+About 40 s on 2 quiet CPU cores after install, 2 minutes at a load average of 4-8 (most of it
+process start-up and megatron-core imports); --skip-train leaves out step 3 (~25 s then).
+Pictures are never overwritten: a rerun writes plan-1.png, plan-2.png, ... beside the first.
+A degenerate ring fit (a bandwidth term or per-step latency fitted as 0, or a ring faster than
+the idle link: `ring_fit_problems`) is measured once more and, if it stays so, never used: the
+demo plans with the shipped profile of this class of machine (cpu-small, whose ring was
+measured with `fcp profile --ring`) and says which cost model it used and why. Planning times
+are warm (each strategy plans a tiny batch first, untimed).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -38,16 +43,28 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from ..errors import ConfigError, ExecError, MissingDependencyError
-from ..planner import Cluster, CostModel, generate_lengths
+from ..planner import Cluster, CostModel, generate_lengths, why_one_degree
 from ..planner.compare import DEFAULT_STRATEGIES, StrategyResult
+from ..profiling.ring import ring_fit_problems
 from ..viewer.compare import compare_warm
 from ._args import int_in
 from ._output import write_atomic
 
-__all__ = ["WHEN_EQUAL", "measured_comparison", "register", "ring_fit_problems", "run"]
+__all__ = [
+    "WHEN_EQUAL",
+    "PairedRatio",
+    "median_interval",
+    "paired_comparison",
+    "paired_ratio",
+    "register",
+    "ring_fit_problems",
+    "run",
+]
+
+SHIPPED_FOR_CPU = "cpu-small"  # the shipped profile of the machines the demo trains on (gloo)
+MIN_PAIRS = 4  # fewer paired steps give no verdict: their interval covers the median <= 75%
 
 WHEN_EQUAL = (
     "fcp equals static CP when one degree suits every sequence: short or uniform data (all "
@@ -103,9 +120,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--repeats",
         type=int_in(1, 20),
-        default=2,
-        help="timed runs of each strategy's steps, alternating (default 2): the spread between "
-        "runs says which measured differences are run-to-run noise",
+        default=3,
+        help="timed rounds of each step's pair, the order alternating (default 3): steps x "
+        "repeats paired ratios give the median and its interval",
     )
     p.add_argument(
         "--cost",
@@ -144,128 +161,184 @@ def _speedup(results: list[StrategyResult]) -> float:
     return by.get("static", float("nan")) / by.get("fcp", float("nan"))
 
 
-def ring_fit_problems(fit: Any, base: CostModel) -> list[str]:
-    """Why a ring fit cannot be a price of the ring here, one clause each ([] when it can).
+def _idle_link(path: Path, cost: CostModel) -> CostModel:
+    """`cost` priced at the idle ping-pong bandwidth its profile measured (the profile's
+    "p2p_fit", 3.8 GB/s in the shipped cpu-small), which `ring_fit_problems` compares a ring fit
+    with. Without one (or with its bandwidth term fitted as 0) the link is taken as 10^12 B/s,
+    so no ring fit is called faster than the idle link on no evidence."""
+    try:
+        spb = json.loads(path.read_text())["profile"]["p2p_fit"]["coef"]["seconds_per_byte"]
+    except (KeyError, TypeError, ValueError):
+        spb = 0.0
+    link = 1.0 / spb if spb > 0 else 1e12
+    return dataclasses.replace(cost, intra_node_bandwidth=link, inter_node_bandwidth=link)
 
-    The fit is C(s) = (alpha3 s / 2) x + beta2 over the communication real d = 2 groups
-    exposed. x = 0 says the exposed time did not grow with the bytes sent: the non-negative
-    fit dropped the term, and `with_ring` would price ring traffic at 10^12 B/s (printed as
-    1000000 MB/s), i.e. free. A bandwidth above the idle ping-pong's is as absurd: traffic that
-    shares the cores with compute cannot move faster than over an idle link. Either way the
-    planner would see rings as free and put every sequence on one degree, like static CP.
-    beta2 = 0 alone only leaves the per-step latency unpriced."""
-    spb, beta2 = fit.coef["seconds_per_byte"], fit.coef["beta2"]
-    out: list[str] = []
-    if spb <= 0:
-        out.append(
-            "its bandwidth term was fitted as 0 (the exposed time did not grow with the bytes "
-            "sent), which prices ring traffic as free"
-        )
-    elif 1.0 / spb > base.intra_node_bandwidth:
-        out.append(
-            f"it prices the ring at {1e-6 / spb:,.0f} MB/s, faster than the idle ping-pong "
-            f"({base.intra_node_bandwidth / 1e6:,.0f} MB/s): transfers that share the cores "
-            "with compute cannot beat an idle link"
-        )
-    if beta2 <= 0:
-        out.append("its per-step latency (β2) was fitted as 0")
-    return out
+
+def _ring_price(cost: CostModel) -> str:
+    return (
+        f"ring {cost.intra_node_bandwidth / 1e6:,.0f} MB/s, β2 {cost.beta2 * 1e3:.1f} ms per "
+        "ring step"
+    )
 
 
 def _local_cost(args: argparse.Namespace, out: Path) -> tuple[Path, str]:
-    """The profile for this machine's batch: --cost, or cpu-small with the ring timed here."""
+    """The profile for this machine's batch and a line saying which was used and why: --cost;
+    else cpu-small with the ring timed here; else, when that fit is degenerate twice (or the
+    ring hid entirely), the shipped cpu-small as it is, whose ring `fcp profile --ring` measured.
+    """
     from ..profiling import fit_ring, measure_ring, resolve_cost, shape_from_name, with_ring
 
     if args.cost:
-        return resolve_cost(args.cost), f"cost profile {args.cost}"
-    base = CostModel.load(resolve_cost("cpu-small"))
+        return resolve_cost(args.cost), f"cost model used: {args.cost} (--cost)"
+    shipped = resolve_cost(SHIPPED_FOR_CPU)
+    base = CostModel.load(shipped)
+    fallback = (
+        f"cost model used: the shipped {SHIPPED_FOR_CPU} profile ({base.name}; "
+        f"{_ring_price(base)}, measured with `fcp profile --ring`)"
+    )
     if importlib.util.find_spec("fcp_exec") is None:
-        return resolve_cost(
-            "cpu-small"
-        ), "cost profile cpu-small (fcp_exec missing: ring not timed)"
+        return shipped, f"{fallback}; fcp_exec is missing, so the ring was not timed here"
+    idle = _idle_link(shipped, base)
     t0 = time.perf_counter()
     problems: list[str] = []
-    for attempt in range(2):  # a noisy measurement once more; a degenerate one twice is data
+    fit = None
+    for attempt in range(2):  # a noisy measurement once more; degenerate twice is data
         print(
             f"timing d = 1 and d = 2 ring groups on 2 gloo processes here (~10 s"
             f"{', again' if attempt else ''})",
             flush=True,
         )
         try:
-            fit = fit_ring(measure_ring(shape_from_name("cpu-small")), base)
-        except ConfigError as exc:  # the ring hid behind compute here: the ping-pong price holds
-            return resolve_cost("cpu-small"), f"ring timed here: {exc}; planning with cpu-small"
-        problems = ring_fit_problems(fit, base)
-        free = [p for p in problems if "β2" not in p]  # the ring priced as free, or absurd
-        if problems:
-            print(
-                f"fcp demo: warning: the ring fit is degenerate: {'; '.join(problems)}"
-                f"{'; measuring once more' if free and attempt == 0 else ''}",
-                file=sys.stderr,
-                flush=True,
-            )
-        if not free:  # a latency fitted as 0 alone is said, not measured again
+            fit = fit_ring(measure_ring(shape_from_name(SHIPPED_FOR_CPU)), base)
+        except ConfigError as exc:  # the ring hid behind compute: nothing to fit
+            problems = [str(exc)]
+        else:
+            problems = ring_fit_problems(fit, idle)
+        if not problems:
             break
-    if free:
-        return resolve_cost("cpu-small"), (
-            f"ring timed here twice ({time.perf_counter() - t0:.0f} s), and both fits were "
-            f"degenerate: {free[0]}. Not used: planning with cpu-small's idle ping-pong price "
-            f"({base.intra_node_bandwidth / 1e6:,.0f} MB/s). Under either price a ring looks "
-            "(almost) free here, so fcp is expected to plan like static CP (one degree for "
-            "every sequence) and the fcp-vs-static numbers below say nothing about the ring "
-            "on this machine; rerun on an idle machine, or time it with `fcp profile --ring`"
+        print(
+            f"fcp demo: warning: the ring fit is degenerate: {'; '.join(problems)}"
+            f"{'; measuring once more' if attempt == 0 else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
+    if problems or fit is None:
+        return shipped, (
+            f"{fallback}, not the ring timed here ({time.perf_counter() - t0:.0f} s): both "
+            f"fits were degenerate ({problems[0]}), and a degenerate fit is never used"
         )
     cost = with_ring(base, fit)
     path = out / "cost-ring.json"
     cost.save(path)
     worst = max(fit.rows, key=lambda r: r.x)
     return path, (
-        f"ring timed here ({time.perf_counter() - t0:.0f} s): a d = 2 group of "
-        f"{int(worst.x):,} tokens exposes {worst.measured * 1e3:.0f} ms of communication; "
-        f"effective bandwidth {cost.intra_node_bandwidth / 1e6:.0f} MB/s (idle ping-pong: "
-        f"{base.intra_node_bandwidth / 1e6:.0f} MB/s), β2 {cost.beta2 * 1e3:.1f} ms"
-        f"{' (fitted as 0: per-step latency is not priced)' if problems else ''} -> {path}"
+        f"cost model used: {SHIPPED_FOR_CPU} with the ring timed here "
+        f"({time.perf_counter() - t0:.0f} s): a d = 2 group of {int(worst.x):,} tokens exposes "
+        f"{worst.measured * 1e3:.0f} ms of communication; {_ring_price(cost)} (shipped: "
+        f"{_ring_price(base)}) -> {path}"
     )
 
 
-def _spread(values: list[float]) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)
+@dataclasses.dataclass(kw_only=True, slots=True, frozen=True)
+class PairedRatio:
+    """The median of paired ratios (static CP's step time over fcp's, > 1: fcp faster) and a
+    distribution-free interval for it: [low, high] covers the true median with probability
+    `coverage` (from the binomial, no normality assumed; 0.961 for 9 pairs)."""
+
+    n: int
+    median: float
+    low: float
+    high: float
+    coverage: float
+
+    @property
+    def verdict(self) -> str:
+        """ "noise" when the interval holds 1.0, else which strategy was measured faster;
+        "too few pairs" below 4 (the whole range of 3 covers the median with 75% only)."""
+        if self.n < MIN_PAIRS:
+            return "too few pairs"
+        if self.low <= 1.0 <= self.high:
+            return "noise"
+        return "fcp faster" if self.low > 1.0 else "static CP faster"
 
 
-def measured_comparison(rounds: list[dict[str, list[float]]], same_plan_steps: int) -> list[str]:
-    """Lines comparing fcp's and static CP's measured step time over repeated runs.
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(low, high, coverage): the narrowest order-statistic interval [x_(k), x_(n+1-k)] whose
+    coverage of the median, 1 - 2 P(B <= k - 1) for B ~ Binomial(n, 1/2), is >= `level`.
 
-    A measured difference is only a speedup when it is larger than what the same work varies by
-    between runs: with `rounds` runs of each, the spread is the larger of the two strategies'
-    max - min of their total time, and a difference of medians within it is reported as noise.
-    `same_plan_steps` counts the steps where both planned the same groups (equal digests):
-    there any measured difference is noise by construction."""
-    fcp = [sum(r["strategy_s"]) for r in rounds]
-    static = [sum(r["baseline_s"]) for r in rounds]
-    f_mid, s_mid = statistics.median(fcp), statistics.median(static)
+    Below 6 values no such k exists at 95%, and the whole range is returned with its true
+    coverage (1 - 2^(1-n): 0.875 for 4 values), which the caller prints. Ties and skew do not
+    matter: only ranks are used, which is why a loaded machine's outliers cannot drag it."""
+    x = sorted(values)
+    n = len(x)
+    if n == 0:
+        raise ConfigError("no measured pairs: run at least one step (--steps 1)")
+
+    def coverage(k: int) -> float:
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
+        k += 1
+    return x[k - 1], x[n - k], coverage(k)
+
+
+def paired_ratio(fcp_s: list[float], static_s: list[float], level: float = 0.95) -> PairedRatio:
+    """Ratios static_s[i] / fcp_s[i] of paired timings (the same batch back to back), their
+    median and its interval (`median_interval`)."""
+    if len(fcp_s) != len(static_s):
+        raise ConfigError(f"{len(fcp_s)} fcp timings but {len(static_s)} static CP timings")
+    bad = [t for t in (*fcp_s, *static_s) if not (t > 0 and math.isfinite(t))]
+    if bad:
+        raise ConfigError(f"step times must be positive seconds, got {bad[:3]}")
+    ratios = [b / a for a, b in zip(fcp_s, static_s)]
+    low, high, cov = median_interval(ratios, level)
+    return PairedRatio(
+        n=len(ratios), median=statistics.median(ratios), low=low, high=high, coverage=cov
+    )
+
+
+def paired_comparison(
+    rounds: list[dict[str, list[float]]], predicted: float, same_plan_steps: int
+) -> list[str]:
+    """Lines on fcp against static CP measured as paired steps, beside the predicted ratio.
+
+    `rounds[r]["strategy_s"][k]` and `["baseline_s"][k]` are one pair (step k, round r);
+    `predicted` is the planner's static / fcp ratio on the same batches (median over steps);
+    `same_plan_steps` counts steps where both planned the same groups (equal digests), where
+    any measured difference is noise by construction."""
+    fcp = [t for r in rounds for t in r["strategy_s"]]
+    static = [t for r in rounds for t in r["baseline_s"]]
+    pr = paired_ratio(fcp, static)
     steps = len(rounds[0]["strategy_s"]) if rounds else 0
     lines = [
-        f"measured step time over {steps} steps, {len(rounds)} run(s) each: fcp "
-        f"{f_mid:.2f} s (runs {_spread(fcp)}), static CP {s_mid:.2f} s (runs "
-        f"{_spread(static)}): {s_mid / f_mid:.2f}x"
+        f"measured over {pr.n} paired steps ({steps} batches x {len(rounds)} rounds, each "
+        f"batch under both back to back, order alternating): median step fcp "
+        f"{statistics.median(fcp):.3f} s, static CP {statistics.median(static):.3f} s; "
+        f"paired ratio static/fcp {pr.median:.2f}x, {pr.coverage:.0%} interval "
+        f"{pr.low:.2f}-{pr.high:.2f}x"
     ]
-    spread = max(max(fcp) - min(fcp), max(static) - min(static))
-    diff = s_mid - f_mid
-    if len(rounds) < 2:
+    if pr.verdict == "too few pairs":
         lines.append(
-            "  one run each, so the run-to-run spread is unknown and so is how much of that "
-            "difference is noise (--repeats 2 or more measures it)"
+            f"  {pr.n} pair(s): too few for a verdict (at least {MIN_PAIRS}: raise --steps or "
+            "--repeats)"
         )
-    elif abs(diff) <= spread:
+    elif pr.verdict == "noise":
         lines.append(
-            f"  the difference, {diff:+.2f} s, is within the run-to-run spread of {spread:.2f} s: "
-            "noise, not a measured speedup either way"
+            "  the interval holds 1.0: noise, not a measured difference either way (more "
+            "--steps/--repeats, or a quieter machine, narrow it)"
         )
     else:
-        lines.append(
-            f"  the difference, {diff:+.2f} s, is larger than the run-to-run spread of "
-            f"{spread:.2f} s"
-        )
+        lines.append(f"  the whole interval is on one side of 1.0: {pr.verdict}")
+    way = "fcp faster" if predicted > 1.0 + 1e-9 else "no difference"
+    agree = {
+        ("fcp faster", "fcp faster"): "measured and predicted point the same way",
+        ("no difference", "noise"): "measured and predicted agree: no difference",
+        ("fcp faster", "noise"): "the predicted gain is within the measured noise here",
+        ("fcp faster", "too few pairs"): "too few pairs to compare",
+        ("no difference", "too few pairs"): "too few pairs to compare",
+    }.get((way, pr.verdict), "measured and predicted point different ways")
+    lines.append(f"  predicted on the same batches: {predicted:.2f}x ({agree})")
     if same_plan_steps:
         lines.append(
             f"  fcp and static CP planned the same groups in {same_plan_steps} of {steps} "
@@ -350,6 +423,7 @@ def run(args: argparse.Namespace) -> int:
     plan_path = out / "plan.json"
     write_atomic(plan_path, plan_document(fcp.plan, cost, cluster))  # `fcp view --plan` prices
     lines += [
+        how,
         f"plan picture of this machine's batch ({cost.name}): {picture.resolve()}",
         f"fcp plan (JSON, `fcp view --plan {plan_path}`): {plan_path.resolve()}",
     ]
@@ -359,13 +433,14 @@ def run(args: argparse.Namespace) -> int:
         if r.plan is not None
     ]
     lines.append(f"  predicted speedup of fcp over static CP: {_speedup(results):.2f}x")
-    if len(set(fcp.plan.degrees)) == 1:
+    why = why_one_degree(fcp.plan, cluster, cost)
+    if why is not None:
         lines.append(
-            f"  fcp planned one degree for every group (d = {fcp.plan.degrees[0]}), as static CP "
-            f"does: under {cost.name} no mix of degrees is predicted faster on this batch"
+            f"  fcp planned one degree for every group (d = {fcp.plan.degrees[0]}), as static "
+            f"CP does: {why}"
         )
     if not args.skip_train:
-        con.rule(f"3. training on {args.replicas} gloo processes: fcp, then static CP")
+        con.rule(f"3. training on {args.replicas} gloo processes: fcp and static CP, paired")
         with tempfile.TemporaryDirectory() as tmp:
             rep = _train(args, out / "index", cost_path, Path(tmp) / "report.json")
         first, last = rep["steps"][0], rep["steps"][-1]
@@ -373,15 +448,14 @@ def run(args: argparse.Namespace) -> int:
             f"training: {len(rep['steps'])} steps per strategy, loss {first['loss']:.4f} -> "
             f"{last['loss']:.4f}"
         )
-        rounds = rep.get("rounds") or [
-            {"strategy_s": [r["measured_s"] for r in rep["steps"]],
-             "baseline_s": [r["measured_s"] for r in rep["baseline_steps"]]}
-        ]  # fmt: skip
         same = sum(
             a.get("digest") is not None and a.get("digest") == b.get("digest")
             for a, b in zip(rep["steps"], rep["baseline_steps"])
         )
-        lines += measured_comparison(rounds, same)
+        predicted = statistics.median(
+            b["predicted_s"] / a["predicted_s"] for a, b in zip(rep["steps"], rep["baseline_steps"])
+        )
+        lines += paired_comparison(rep["rounds"], predicted, same)
         load, cores = os.getloadavg()[0], os.cpu_count() or 1
         if load > cores:
             lines.append(

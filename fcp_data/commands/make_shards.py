@@ -1,4 +1,10 @@
-"""`fcp make-shards -o OUT --text N --video M`: write real sample shards for demos and tests."""
+"""`fcp make-shards -o OUT --text N --video M`: write real sample shards for demos and tests.
+
+A folder that already holds anything is refused unless --overwrite: new shards beside old ones
+made docs/cli.md's first block index 220 samples instead of the 64 it asks for (one issue
+report), because `fcp index 'out/shards/*.tar'` reads every shard in the folder. --overwrite
+replaces the folder's shards (its *.tar files) once the new set is complete; other files stay.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..errors import ConfigError
 from ._args import float_in, int_in
 
 __all__ = ["register", "run"]
@@ -47,7 +54,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0.2,
         help="scale on the video duration profile (default 0.2 keeps clips short)",
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the shards (*.tar) of a non-empty -o folder (without it: refused)",
+    )
     p.set_defaults(func=run)
+
+
+def check_output(out: Path, *, overwrite: bool) -> list[Path]:
+    """The old shards --overwrite replaces ([] for a new or empty folder); ConfigError for a
+    non-empty folder without --overwrite (one line: what is there, and the two fixes)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"-o {out} exists and is not a directory; name a folder for the shards")
+    entries = sorted(out.iterdir()) if out.is_dir() else []
+    if entries and not overwrite:
+        raise ConfigError(
+            f"-o {out} is not empty ({len(entries)} entries, e.g. {entries[0].name}): new shards "
+            f"beside old ones would all be indexed by `fcp index '{out}/*.tar'`; pass "
+            "--overwrite to replace its shards, or name a new folder"
+        )
+    return [e for e in entries if e.suffix == ".tar" and e.is_file()]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from fcp_data.readers.synth import make_shards
 
     out: Path = args.output
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"-o {out} exists and is not a directory")
+    old = check_output(out, overwrite=args.overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     # shards are written beside the output and moved in only when all of them are complete, so
     # a failure (PyAV missing for the videos, a full disk, Ctrl-C) leaves no partial shard set
@@ -76,11 +102,14 @@ def run(args: argparse.Namespace) -> int:
                 progress=bar,
             )
         out.mkdir(exist_ok=True)
+        for path in old:  # the new set is complete: only now do the old shards go
+            path.unlink()
         paths = []
         for path in written:
             os.replace(path, out / path.name)
             paths.append(out / path.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    Console().print(f"wrote {len(paths)} shards to {args.output}", soft_wrap=True)
+    replaced = f" (replaced {len(old)} old shards)" if old else ""
+    Console().print(f"wrote {len(paths)} shards to {args.output}{replaced}", soft_wrap=True)
     return 0

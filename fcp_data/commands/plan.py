@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
-from ..planner import STRATEGIES, plan_global_batch
+from ..planner import STRATEGIES, format_degrees, plan_global_batch, why_one_degree
 from ..viewer.compare import warm_up
 from ..viewer.saved import plan_document
 from ._args import int_in
@@ -83,7 +82,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     con = Console()
-    degrees = Counter(plan.degrees)
     con.print(
         f"[bold]{args.strategy}[/] plan of {len(lens)} sequences on "
         f"{cluster.num_replicas} replicas: "
@@ -91,9 +89,10 @@ def run(args: argparse.Namespace) -> int:
         f"{plan.lower_bound:.3f} s (×{plan.ratio_to_bound:.3f}), winner {plan.winner}, "
         f"planned in {ms:.1f} ms (warm), digest {plan.digest}"
     )
-    con.print(
-        "degrees: " + ", ".join(f"⟨{d}⟩×{c}" for d, c in sorted(degrees.items(), reverse=True))
-    )
+    con.print(f"degrees: {format_degrees(plan.degrees)}")
+    why = why_one_degree(plan, cluster, cost)
+    if why is not None:
+        con.print(f"one degree for every group: {why}", soft_wrap=True)
     table = Table("wave", "replicas", "degree", "sequences", "tokens", "time (s)")
     rows = [(w, g) for w, wave in enumerate(plan.waves) for g in wave.groups]
     for w, g in rows[: args.max_rows]:

@@ -12,6 +12,9 @@ per measured point otherwise (logs, CI), with the time left. A --device this mac
 (cuda without a driver, cuda:7 on fewer GPUs, npu without torch_npu) is a one-line error
 before anything is timed. After the fit, a warning is printed for each sign of a degenerate
 fit: a coefficient at 0, no more points than coefficients, or a point off by more than 25%.
+An existing output file is never replaced without --overwrite: a profile is minutes of
+measurement on a quiet machine (the shipped cpu-small one took ~3 min), and `fcp view` keeps
+its pictures the same way; the refusal comes before anything is timed.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ..errors import ConfigError
 from . import _profile_vision as profile_vision
 from ._args import int_in
 
-__all__ = ["check_device", "register", "run"]
+__all__ = ["check_device", "check_output", "register", "run"]
 
 _SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
 
@@ -65,7 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="sequence lengths to time (even; default 256..4096, --quick 256..2048)",
     )
     p.add_argument(
-        "--repeats", type=int_in(1, 1000), help="timed runs per point, median kept (default 3)"
+        "--repeats",
+        type=int_in(1, 1000),
+        help="timed runs per point, median kept (default 3; --ring's groups: 2)",
     )
     p.add_argument(
         "--threads",
@@ -101,6 +106,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "-o", "--output", type=Path, help="profile JSON to write (default out/profile-<model>.json)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the -o file if it exists (without it an existing profile is refused)",
     )
     p.set_defaults(func=run)
 
@@ -219,14 +229,20 @@ def _measure(config: Any, console: Any) -> Any:
         return run_profile(config, on_step=lambda msg: bar.update(task, advance=1, description=msg))
 
 
-def _ring(profile: Any, shape: Any, console: Any) -> Any:
+def _ring(profile: Any, shape: Any, console: Any, repeats: int | None = None) -> Any:
     """Replace the ping-pong link price by the ring's exposed cost measured on real groups."""
-    from fcp_data.profiling import fit_ring, fit_warnings, measure_ring, with_ring
+    from fcp_data.profiling import (
+        fit_ring,
+        fit_warnings,
+        measure_ring,
+        ring_fit_problems,
+        with_ring,
+    )
 
     print("timing d=1 and d=2 groups on 2 processes (python -m fcp_exec.profile_ring)", flush=True)
-    rows = measure_ring(shape)
+    rows = measure_ring(shape, repeats=repeats) if repeats else measure_ring(shape)
     fit = fit_ring(rows, profile.cost)
-    cost = with_ring(profile.cost, fit)
+    cost = with_ring(profile.cost, fit, label="ring measured (fcp profile --ring)")
     for r in fit.rows:
         console.print(
             f"  ring s={int(r.x)}: exposed {r.measured * 1e3:.1f} ms, fitted "
@@ -237,10 +253,24 @@ def _ring(profile: Any, shape: Any, console: Any) -> Any:
         f"β2 = {cost.beta2 * 1e3:.2f} ms per ring step (was "
         f"{profile.cost.intra_node_bandwidth / 1e9:.2f} GB/s, {profile.cost.beta2 * 1e3:.2f} ms)"
     )
-    for w in fit_warnings(fit, "ring fit"):
+    for w in fit_warnings(fit, "ring fit") + ring_fit_problems(fit, profile.cost):
         print(f"fcp profile: warning: {w}", file=sys.stderr, flush=True)
     meta = {**profile.meta, "ring_rows": rows, "ring_fit": fit.coef}
     return dataclasses.replace(profile, cost=cost, meta=meta)
+
+
+def check_output(out: Path, *, overwrite: bool) -> None:
+    """ConfigError (one line, exit 2) when `out` exists and --overwrite was not given.
+
+    Checked before anything is timed: a refusal after minutes of measurement would waste them,
+    and a silent replacement would lose a profile taken on a quieter machine."""
+    if out.is_dir():
+        raise ConfigError(f"-o {out} is a directory; name the profile JSON to write")
+    if out.exists() and not overwrite:
+        raise ConfigError(
+            f"-o {out} exists; pass --overwrite to replace it, or name another file "
+            "(a profile is never replaced silently)"
+        )
 
 
 def check_device(spec: str) -> None:
@@ -325,6 +355,8 @@ def run(args: argparse.Namespace) -> int:
         kw["seqlens"] = tuple(args.lengths)
     if args.repeats:
         kw["repeats"] = args.repeats
+    out = args.output or Path("out") / f"profile-{shape.name}.json"
+    check_output(out, overwrite=args.overwrite)
     check_device(args.device)
     config = ProfileConfig.quick(shape, **kw) if args.quick else ProfileConfig(shape=shape, **kw)
     console = Console()
@@ -332,9 +364,8 @@ def run(args: argparse.Namespace) -> int:
     _print_tables(profile, console)
     print_warnings(profile)
     if args.ring:
-        profile = _ring(profile, shape, console)
+        profile = _ring(profile, shape, console, args.repeats)
     profile_vision.attach_vision(profile, args, console)
-    out = args.output or Path("out") / f"profile-{shape.name}.json"
     profile.save(out)
     CostModel.load(out)  # what `fcp plan --cost` will do: fail here, not there
     console.print(f"wrote {out} (use it with `fcp plan --cost {out}`)", soft_wrap=True)

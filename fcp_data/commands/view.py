@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..planner import STRATEGIES, Cluster, CostModel
+from ..planner import STRATEGIES, Cluster, CostModel, why_one_degree
 from ..viewer.compare import VIEW_STRATEGIES as DEFAULT_STRATEGIES
 from ._common import add_problem_args, batch_from_args, cluster_from_args, cost_from_args
 
@@ -197,4 +197,9 @@ def run(args: argparse.Namespace) -> int:
             )
     path, results = view(batch, cluster, cost, args.output, args.strategies, force=args.force)
     summarize(results, batch, path)
+    for res in results:  # fcp's plan (or the saved one) in one degree: the cost model's why
+        if res.plan is not None and (res.strategy == "fcp" or res.strategy.startswith("saved")):
+            why = why_one_degree(res.plan, cluster, cost)
+            if why is not None:
+                print(f"{res.strategy}: one degree for every group: {why}", flush=True)
     return 0

@@ -8,6 +8,7 @@ from ..layout import padded_length
 from .api import STRATEGIES, plan_global_batch
 from .cluster import IDLE_POLICIES, Cluster
 from .cost import CostModel
+from .explain import format_degrees, why_one_degree
 from .generators import DISTRIBUTIONS, generate_lengths
 from .memory import MemoryBudget, ParallelLayout, derive_tokens_per_replica
 from .plan import CPGroup, Plan, RankPlan, Wave, structure_digest
@@ -38,10 +39,12 @@ __all__ = [
     "VisionWork",
     "Wave",
     "derive_tokens_per_replica",
+    "format_degrees",
     "generate_lengths",
     "lower_bound_of",
     "padded_length",
     "plan_global_batch",
     "score_plan",
     "structure_digest",
+    "why_one_degree",
 ]

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numba as nb
 import numpy as np
 
@@ -94,7 +96,11 @@ class _DomainSize:
 
 def megatron_hybrid(prob: Problem, units: np.ndarray | None = None) -> Schedule:
     try:
-        from megatron.core.pipeline_parallel.hybrid_cp_schedule import BalancedCPScheduler
+        # its import warns five times that TransformerEngine and Apex are absent (a CPU run of
+        # `fcp view` printed them before its own table); the scheduler needs neither
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")
+            from megatron.core.pipeline_parallel.hybrid_cp_schedule import BalancedCPScheduler
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ValueError(
             "strategy='megatron-hybrid' needs megatron-core: pip install 'fcp[megatron]'"

@@ -434,8 +434,17 @@ class CostModel:
 
     @classmethod
     def load(cls, path: str | Path) -> CostModel:
-        """Read a cost model saved by `save` or written by `fcp profile`."""
-        raw = json.loads(Path(path).read_text())
+        """Read a cost model saved by `save` or written by `fcp profile`, or a shipped profile by
+        name: `CostModel.load("cpu-small")` as `fcp plan --cost cpu-small` takes it.
+
+        An existing file wins over a shipped name (the CLI's rule, `profiling.resolve_cost`);
+        neither is a ConfigError naming the file looked for and every shipped profile."""
+        file = Path(path)
+        if not file.is_file():
+            from ..profiling.shipped import resolve_cost  # stdlib only: no torch, no numpy
+
+            file = resolve_cost(path, what="CostModel.load")
+        raw = json.loads(file.read_text())
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: a cost model file holds a JSON object, got {type(raw)}")
         raw = dict(raw.get("cost_model", raw))

@@ -29,6 +29,7 @@ __all__ = [
     "measure_p2p",
     "measure_ring",
     "resolve_cost",
+    "ring_fit_problems",
     "run_profile",
     "shape_from_name",
     "shipped_names",
@@ -44,6 +45,7 @@ _WHERE = {
     "Profile": "measure", "ProfileConfig": "measure", "run_profile": "measure",
     "shipped_profile": "shipped", "shipped_names": "shipped", "resolve_cost": "shipped",
     "fit_ring": "ring", "measure_ring": "ring", "with_ring": "ring",
+    "ring_fit_problems": "ring",
 }  # fmt: skip
 
 

@@ -34,9 +34,13 @@ from ..planner import CostModel
 from .fit import Fit, FitRow, nonneg_relative_lstsq
 from .shapes import ModelShape
 
-__all__ = ["RING_LENGTHS", "fit_ring", "measure_ring", "with_ring"]
+__all__ = ["RING_LENGTHS", "fit_ring", "measure_ring", "ring_fit_problems", "with_ring"]
 
-RING_LENGTHS = (512, 1024, 2048, 3072)  # fwd+bwd 0.04-0.35 s each for cpu-small on one core
+# fwd+bwd 0.02-0.4 s each for cpu-small on one core. The short ones pin the per-step latency
+# beta2: from 512 tokens up the exposed time grows in proportion to the bytes (15.8, 31.7, 63.0
+# ms at 512, 1024, 2048 on a loaded 2-core machine), so beta2 fitted as 0 there; at 128 and 256
+# tokens the ring still exposed 12-14 ms, which the fit reads as beta2 = 6.4 ms.
+RING_LENGTHS = (128, 256, 512, 1024, 2048, 3072)
 
 
 def measure_ring(
@@ -106,14 +110,47 @@ def fit_ring(rows: Sequence[dict[str, float]], cost: CostModel) -> Fit:
     return Fit(coef={"seconds_per_byte": float(coef[0]), "beta2": float(coef[1])}, rows=fit_rows)
 
 
-def with_ring(cost: CostModel, fit: Fit) -> CostModel:
-    """`cost` with the ring's fitted bandwidth (both link kinds: one host) and beta2."""
+def ring_fit_problems(fit: Fit, base: CostModel) -> list[str]:
+    """Why a ring fit cannot be a price of the ring here, one clause each ([] when it can).
+
+    The fit is C(s) = (alpha3 s / 2) x + beta2 over the communication real d = 2 groups
+    exposed. x = 0 says the exposed time did not grow with the bytes sent: the non-negative
+    fit dropped the term, and `with_ring` would price ring traffic at 10^12 B/s (printed as
+    1000000 MB/s), i.e. free. A bandwidth above the idle ping-pong's is as absurd: traffic that
+    shares the cores with compute cannot move faster than over an idle link. Either way the
+    planner would see rings as free and put every sequence on one degree, like static CP.
+    beta2 = 0 leaves the per-step latency unpriced: every ring step of a short sequence looks
+    free, so the planner widens rings that a few ms per step (what CPU gloo measures) would
+    make slower; `fcp demo` measures again and then falls back to a shipped profile."""
+    spb, beta2 = fit.coef["seconds_per_byte"], fit.coef["beta2"]
+    out: list[str] = []
+    if spb <= 0:
+        out.append(
+            "its bandwidth term was fitted as 0 (the exposed time did not grow with the bytes "
+            "sent), which prices ring traffic as free"
+        )
+    elif 1.0 / spb > base.intra_node_bandwidth:
+        out.append(
+            f"it prices the ring at {1e-6 / spb:,.0f} MB/s, faster than the idle ping-pong "
+            f"({base.intra_node_bandwidth / 1e6:,.0f} MB/s): transfers that share the cores "
+            "with compute cannot beat an idle link"
+        )
+    if beta2 <= 0:
+        out.append("its per-step latency (β2) was fitted as 0")
+    return out
+
+
+def with_ring(cost: CostModel, fit: Fit, *, label: str = "ring measured here") -> CostModel:
+    """`cost` with the ring's fitted bandwidth (both link kinds: one host) and beta2; `label`
+    is appended to the name (`fcp profile --ring` writes "ring measured (fcp profile --ring)",
+    since its file is read on other machines, where "here" would be wrong)."""
     spb = fit.coef["seconds_per_byte"]
     bandwidth = 1.0 / spb if spb > 0 else 1e12
+    base = cost.name.split(" + ring measured")[0]  # a ring price replaces, never stacks
     return dataclasses.replace(
         cost,
         intra_node_bandwidth=bandwidth,
         inter_node_bandwidth=bandwidth,
         beta2=fit.coef["beta2"],
-        name=f"{cost.name} + ring measured here",
+        name=f"{base} + {label}",
     )

@@ -30,17 +30,19 @@ def shipped_profile(name: str = "cpu-small") -> Path:
     return path
 
 
-def resolve_cost(spec: str | Path) -> Path:
-    """The profile file `spec` names: an existing path first, then a shipped profile's name."""
+def resolve_cost(spec: str | Path, *, what: str = "--cost") -> Path:
+    """The profile file `spec` names: an existing path first, then a shipped profile's name.
+
+    `what` names the caller in the error (`--cost` for the CLI, `CostModel.load` in Python)."""
     path = Path(spec)
     if path.is_file():
         return path
     if path.is_dir():
-        raise ConfigError(f"--cost {spec}: is a directory; pass a profile JSON or a shipped name")
+        raise ConfigError(f"{what} {spec}: is a directory; pass a profile JSON or a shipped name")
     name = str(spec).removesuffix(".json")
     if "/" not in name and name in shipped_names():
         return shipped_profile(name)
     raise ConfigError(
-        f"--cost {spec}: no file {path.resolve()} and no shipped profile of that name; "
+        f"{what} {spec}: no file {path.resolve()} and no shipped profile of that name; "
         f"shipped: {', '.join(shipped_names())} (or write one with `fcp profile -o FILE`)"
     )

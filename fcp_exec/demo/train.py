@@ -8,18 +8,23 @@ plan (waves, degrees) and the planner's predicted time beside the measured one: 
 replica's forward + backward time over the waves, what the prediction covers (the gradient
 all-reduce and the optimizer step are in neither).
 
-Optional second passes over the same batches, from the same initial weights: `baseline` (e.g.
-"static": the measured price of one fixed CP degree) and `no_cp` (every sequence at degree 1:
-ring attention is exact, so the loss differs by float rounding only). `rounds` > 1 repeats the
-strategy and baseline passes, alternating, so the spread of one strategy's time between
-rounds says how much of a measured difference is run-to-run noise (`TrainReport.rounds`).
+With a `baseline` (e.g. "static": the measured price of one fixed CP degree) the two are
+timed as paired steps: each global batch is run by both strategies back to back, each on its
+own model copy from the same initial weights, `rounds` times over with the order alternating
+(fcp first on even step + round, the baseline first on odd), and only then does each take its
+optimizer step. A pair sees the same batch under the same load within about a second, so its
+ratio is what the plans differ by; the drift of a shared machine between pairs (one issue
+report: 0.858 s against 0.370 s for the same plan a few seconds apart) cancels out of it.
+`TrainReport.rounds` holds every round's measured seconds per step, from which `fcp demo`
+takes the median paired ratio and its interval. `no_cp` (every sequence at degree 1: ring
+attention is exact, so the loss differs by float rounding only) is a separate pass after them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -73,7 +78,8 @@ class TrainConfig:
 class TrainReport:
     """Per-step records from rank 0 (loss, waves, degrees, predicted and measured seconds, plan
     digest) of the first round; `rounds` holds every round's measured seconds per step,
-    {"strategy_s": [...], "baseline_s": [...]}."""
+    {"strategy_s": [...], "baseline_s": [...], "strategy_first": [...]}: with a baseline,
+    strategy_s[k] and baseline_s[k] of one round are a pair, the same batch back to back."""
 
     steps: list[dict[str, Any]]
     baseline_steps: list[dict[str, Any]]
@@ -145,20 +151,131 @@ def _train(
             }
         )
         if rank == 0 and not quiet:
-            r = records[-1]
-            mix = " ".join(
-                f"⟨{d}⟩×{r['degrees'].count(d)}" for d in sorted(set(r["degrees"]), reverse=True)
-            )
-            print(
-                f"{name:>6} step {r['step']}: loss {r['loss']:.4f} | {r['tokens']} tokens, "
-                f"{r['waves']} wave(s) {mix} | predicted {r['predicted_s']:.3f} s, measured "
-                f"{r['measured_s']:.3f} s",
-                flush=True,
-            )
+            _print_step(name, records[-1])
         loss_sum, busy, t_step = torch.zeros(()), 0.0, time.perf_counter()
         if len(records) == cfg.steps:
             break
     return records
+
+
+def _print_step(name: str, r: dict[str, Any]) -> None:
+    """One step line: loss, tokens, plan (the command line's degree notation), times."""
+    from fcp_data.planner import format_degrees
+
+    print(
+        f"{name:>6} step {r['step']}: loss {r['loss']:.4f} | {r['tokens']} tokens, "
+        f"{r['waves']} wave(s) {format_degrees(r['degrees'])} | predicted "
+        f"{r['predicted_s']:.3f} s, measured {r['measured_s']:.3f} s",
+        flush=True,
+    )
+
+
+def _batches(loader: Any) -> Iterator[list[Any]]:
+    """The micro-batches of one global batch at a time (one per wave), epochs back to back."""
+    batch: list[Any] = []
+    for mb in _epochs(loader):
+        batch.append(mb)
+        if mb.is_last_wave:
+            yield batch
+            batch = []
+
+
+class _Arm:
+    """One side of the paired comparison: its own model copy, optimizer and loader."""
+
+    def __init__(self, cfg: TrainConfig, rank: int, strategy: str) -> None:
+        import torch
+
+        self.name = strategy
+        self.model = build_model(cfg.seed)  # the same initial weights on both arms
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        self.loader = build_loader(cfg, rank, strategy=strategy, no_cp=False)
+        self.batches = _batches(self.loader)
+
+    def run(self, batch: list[Any], cache: Any, *, verify: bool) -> tuple[float, float]:
+        """Forward + backward of one global batch: (this replica's loss share, max busy s)."""
+        import torch
+        import torch.distributed as dist
+
+        from .. import cp_context
+        from ..megatron import packed_seq_params
+
+        self.opt.zero_grad(set_to_none=True)
+        loss_sum, t0 = 0.0, time.perf_counter()
+        for mb in batch:
+            with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups, verify=verify):
+                out = self.model(
+                    mb.tokens[None],
+                    mb.position_ids[None],
+                    None,
+                    labels=mb.labels[None],
+                    packed_seq_params=packed_seq_params(mb),
+                )
+                loss = (out[0] * mb.loss_mask).sum() / mb.global_num_loss_tokens
+                loss.backward()
+                loss_sum += float(loss.detach())
+        busy = torch.tensor([time.perf_counter() - t0])
+        dist.all_reduce(busy, op=dist.ReduceOp.MAX)  # also a barrier: passes never overlap
+        return loss_sum, float(busy[0])
+
+    def step(self) -> None:
+        from ..grads import all_reduce_gradients
+
+        all_reduce_gradients(self.model)  # a sum: each replica holds exact per-token shares
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def _paired(
+    cfg: TrainConfig, rank: int, cache: Any
+) -> tuple[list[dict], list[dict], list[dict[str, list[float]]]]:
+    """fcp and the baseline on the same global batches as paired steps (module docstring):
+    (strategy records, baseline records, rounds of measured seconds)."""
+    import torch
+    import torch.distributed as dist
+
+    arms = (_Arm(cfg, rank, cfg.strategy), _Arm(cfg, rank, cfg.baseline))
+    records: tuple[list[dict], list[dict]] = ([], [])
+    rounds = [{"strategy_s": [], "baseline_s": [], "strategy_first": []} for _ in range(cfg.rounds)]
+    for k in range(cfg.steps):
+        batches = [next(arm.batches) for arm in arms]
+        if k == 0:  # one untimed pass each first: neither pays the process's cold start
+            for arm, batch in zip(arms, batches):
+                arm.run(batch, cache, verify=True)
+        losses = [0.0, 0.0]
+        for r in range(cfg.rounds):
+            first = (k + r) % 2  # 0: the strategy first, 1: the baseline first
+            order = (0, 1) if first == 0 else (1, 0)
+            seconds = [0.0, 0.0]
+            for i in order:
+                loss, seconds[i] = arms[i].run(batches[i], cache, verify=False)
+                if r == 0:
+                    losses[i] = loss
+            rounds[r]["strategy_s"].append(seconds[0])
+            rounds[r]["baseline_s"].append(seconds[1])
+            rounds[r]["strategy_first"].append(float(first == 0))
+        for i, arm in enumerate(arms):
+            arm.step()
+            total = torch.tensor([losses[i]])
+            dist.all_reduce(total)
+            m = arm.loader.metrics
+            assert m is not None
+            records[i].append(
+                {
+                    "step": k + 1,
+                    "loss": float(total[0]),
+                    "waves": m.num_waves,
+                    "degrees": sorted(m.degrees, reverse=True),
+                    "tokens": m.num_tokens,
+                    "predicted_s": m.predicted_time,
+                    "measured_s": rounds[0][("strategy_s", "baseline_s")[i]][-1],
+                    "wall_s": sum(rd[("strategy_s", "baseline_s")[i]][-1] for rd in rounds),
+                    "digest": m.digest,
+                }
+            )
+            if rank == 0:
+                _print_step(arm.name, records[i][-1])
+    return records[0], records[1], rounds
 
 
 def worker(cfg: TrainConfig, report: str | None) -> None:
@@ -170,29 +287,23 @@ def worker(cfg: TrainConfig, report: str | None) -> None:
     from .. import CPGroupCache, ReplicaRanks
 
     torch.set_num_threads(1)
+    logging.getLogger("megatron").setLevel(logging.ERROR)  # GPTModel's deprecation, per rank
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != cfg.replicas:
         raise ConfigError(f"--replicas {cfg.replicas} but WORLD_SIZE={world}; make them equal")
     ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
     cache = CPGroupCache(ReplicaRanks(world_size=world), capacity=128)
-    if cfg.baseline:  # a side-by-side timing: one unrecorded step first, so neither run
-        warm = dataclasses.replace(cfg, steps=1)  # pays the process's cold start alone
-        _train(warm, rank, cache, cfg.strategy, no_cp=False, quiet=True)
     rounds: list[dict[str, list[float]]] = []
     steps: list[dict] = []
     base: list[dict] = []
-    for r in range(cfg.rounds):  # alternating, so a drift of the machine hits both alike
-        again = _train(cfg, rank, cache, cfg.strategy, no_cp=False, quiet=r > 0)
-        other: list[dict] = []
-        if cfg.baseline:
-            other = _train(cfg, rank, cache, cfg.baseline, no_cp=False, quiet=r > 0)
-        if r == 0:
-            steps, base = again, other
-        rounds.append(
-            {"strategy_s": [s["measured_s"] for s in again],
-             "baseline_s": [s["measured_s"] for s in other]}
-        )  # fmt: skip
+    if cfg.baseline:  # paired steps: the same batch back to back, alternating order
+        steps, base, rounds = _paired(cfg, rank, cache)
+    else:
+        for r in range(cfg.rounds):
+            again = _train(cfg, rank, cache, cfg.strategy, no_cp=False, quiet=r > 0)
+            steps = steps or again
+            rounds.append({"strategy_s": [s["measured_s"] for s in again], "baseline_s": []})
     no_cp = _train(cfg, rank, cache, cfg.strategy, no_cp=True) if cfg.no_cp else []
     if rank == 0 and no_cp:
         for a, b in zip(steps, no_cp):

@@ -1,7 +1,9 @@
 """examples/grpo_logprobs.py: GRPO log-probs, clipped loss and gradients via fcp equal 1 process.
 
-Its `main()` runs here (3 spawned gloo replicas, the real planner with the shipped `cpu-small`
-profile: a degree-2 CP group, degree-1 groups and a wave one replica sits out). Per-token
+Its `main()` runs here as its second documented command (`--replicas 4 --capacity 200`: 4
+spawned gloo replicas, the real planner with the shipped `cpu-small` profile: a degree-2 CP
+group, degree-1 groups and a wave two replicas sit out; on its 3-replica default the profile's
+measured ring price fills every slot, [[2, 1], [1, 1, 1]], and no placeholder would run). Per-token
 log-probs of the behaviour and the current policy gathered in sample order, the clipped
 policy-gradient loss and every gradient after the sum over replicas must match the plain
 models run in this process, one whole sequence at a time, to 1e-5 relative. It costs about 41
@@ -23,7 +25,7 @@ def test_grpo_example_matches_the_single_process_model(
     monkeypatch.syspath_prepend(str(REPO / "examples"))  # the spawned replicas import it too
     example = importlib.import_module("grpo_logprobs")
     assert Path(example.__file__).parent == REPO / "examples"
-    res = example.main([])
+    res = example.main(["--replicas", "4", "--capacity", "200"])
     fcp, ref = res["fcp"], res["reference"]
     degrees = [d for wave in fcp["waves"] for d in wave]
     assert max(degrees) >= 2, fcp["waves"]  # ring attention over a CP group

@@ -24,6 +24,16 @@ SUMMARY = re.compile(
 )
 
 
+# a step line counts only what trained: "tokens trained" and tokens/s over them, and names
+# what it dropped; megatron's warnings about TransformerEngine and Apex are filtered
+STEP = re.compile(
+    r"^step \d+: loss [\d.]+ \| \d+ loss tokens, (\d+) tokens trained, dropped (\d+)[^|]* \| "
+    r"\d+ wave\(s\) ((?:⟨\d+⟩×\d+(?:, )?)+) \|.*\| wall ([\d.]+) s, ([\d,]+) tokens/s,",
+    re.M,
+)
+NOISE = ("Apex is not installed", "Transformer Engine and Apex", "GPTModel IS DEPRECATED")
+
+
 def _run(cwd: Path, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env = {k: v for k, v in env.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
@@ -32,6 +42,10 @@ def _run(cwd: Path, *args: str) -> str:
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert not [w for w in NOISE if w in out.stderr], out.stderr[-3000:]
+    for m in STEP.finditer(out.stdout):  # tokens/s is trained tokens over the wall time
+        trained, wall, rate = int(m[1]), float(m[4]), int(m[5].replace(",", ""))
+        assert trained > 0 and abs(rate - trained / wall) <= 0.01 * rate + 1, m[0]
     return out.stdout
 
 
@@ -43,7 +57,8 @@ def _check(stdout: str, steps: int, replicas: int) -> None:
     assert math.isfinite(last) and 0 < last < first, stdout  # Adam on 4 batches learns
     assert float(m[5]) > 0 and float(m[6]) > 0 and int(m[7].replace(",", "")) > 0
     assert len(re.findall(r"^step \d+: loss", stdout, flags=re.M)) == steps
-    degrees = [int(d) for d in re.findall(r"degrees \[([\d, ]+)\]", stdout) for d in d.split(",")]
+    assert len(STEP.findall(stdout)) == steps, stdout
+    degrees = [int(d) for d in re.findall(r"⟨(\d+)⟩×\d+", stdout)]
     assert max(degrees) > 1, "no CP group: the run did not exercise ring attention"
 
 

@@ -39,7 +39,13 @@ def test_two_steps_on_two_replicas(tmp_path: Path) -> None:
     assert math.isfinite(last) and 0 < last < first, out.stdout  # AdamW on 2 batches learns
     assert int(m[6].replace(",", "")) > 0
     assert len(re.findall(r"^step \d+: loss", out.stdout, flags=re.M)) == 2
-    lists = re.findall(r"degrees \[([\d, ]+)\]", out.stdout)
-    degrees = [int(d) for ds in lists for d in ds.split(",")]
+    degrees = [int(d) for d in re.findall(r"⟨(\d+)⟩×\d+", out.stdout)]
     assert max(degrees) > 1, "no CP group: the run did not exercise ring attention"
+    # tokens/s counts what trained; dropped samples are counted (and named) apart
+    steps = re.findall(r"(\d+) tokens trained, dropped (\d+).*\| ([\d.]+) s, ([\d,]+) tokens/s",
+                       out.stdout)  # fmt: skip
+    assert len(steps) == 2, out.stdout
+    for trained, _, wall, rate in steps:
+        per_s = int(rate.replace(",", ""))
+        assert int(trained) > 0 and abs(per_s - int(trained) / float(wall)) <= 1 + 0.01 * per_s
     assert (tmp_path / "out" / "train_fsdp" / "index" / "header.json").is_file()
