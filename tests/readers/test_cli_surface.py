@@ -54,6 +54,7 @@ def test_make_shards_options_frozen() -> None:
         "--seed",
         "--samples-per-shard",
         "--time-scale",
+        "--overwrite",
     }
 
 
