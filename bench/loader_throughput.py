@@ -1,30 +1,36 @@
-"""Tokens/s delivered by FCPDataLoader vs a plain webdataset DataLoader over the same shards.
+"""Tokens/s delivered by FCPDataLoader vs plain webdataset DataLoaders over the same corpus.
 
-Both pipelines read the same text shards (`make_shards`: Python stdlib sources, a long-tailed
-code corpus), tokenize with the same byte-level tokenizer and use the same number of DataLoader
-workers. The baseline packs each global batch into one THD buffer with cu_seqlens (what a plain
-packed loader does); FCPDataLoader also plans the batch (fcp_data.planner), reads by tar offset
-and zigzag-shards every sequence over its CP group.
+One run measures, on 1 replica and on N replicas (N = `--replicas`, 4 by default):
 
-Rows: one replica (it delivers every token), and N replicas run one after another in this
-process (each would have its own CPUs in a job), each delivering its own share; the job's
-tokens/s = all tokens / the slowest replica's time. FCP on one replica is compared with the
-plain loader on one replica; FCP on N replicas with plain data parallelism on N replicas
-(replica r reads shards r, r+N, ...). "steady" leaves out worker start-up (time from the first
-batch on), which a long epoch amortises. Planning share = planner time / (planner + read +
-collate time) inside the workers. Every FCP replica plans every global batch (no collective),
-and every member of a degree-d CP group reads and tokenizes the group's whole sequences, so
-per-replica work does not shrink by 1/N the way plain data parallelism's does. The "token
-store" rows load from an index built with `store_tokens=True`: text ids were written once at
-index time, and each replica slices only the zigzag chunks it holds (no tokenizer runs).
+* plain: webdataset + torch DataLoader over the text shards, tokenizing each sample with the
+  same tokenizer file FCP uses (a byte-level BPE trained on the corpus by the `tokenizers`
+  library, the per-token cost a real LLM tokenizer has; `--tokenizer bytes` for utf-8 bytes);
+* pre-tokenized: the same pipeline over tar shards of `.npy` ids written from the same
+  tokenizer (no tokenizer at load time: the floor any loader pays to read and pack);
+* FCP by default: an index built by `fcp index SHARDS --tokenizer bpe.json` with no other
+  flag, which now writes the token store, loaded with `tokenizer="bpe.json"`;
+* FCP --no-store: the same index without the store (every member of a degree-d CP group then
+  tokenizes its group's whole sequences).
 
-    .venv/bin/python bench/loader_throughput.py [--samples 600] [--workers 2] [--replicas 4]
+Every pipeline packs each global batch into one THD buffer with cu_seqlens and the same fields
+(tokens, labels, loss mask, positions); FCP also plans the batch and zigzag-shards every
+sequence over its CP group. N replicas run one after another in this process (each would have
+its own CPUs in a job): plain DP gives replica r the shards r, r+N, ... and a batch of G/N; the
+job's tokens/s = all tokens / the slowest replica's time, so FCP on N replicas over plain on N
+is the per-replica ratio. "steady" leaves out worker start-up (time from the first batch on).
+The load average (1 min) is read before and after and written with the date and command.
+
+    .venv/bin/python bench/loader_throughput.py [--samples 400] [--workers 2] [--replicas 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import io
 import json
+import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ByteTokenizer", "main"]
+__all__ = ["ByteTokenizer", "main", "write_pretokenized"]
 
 
 class ByteTokenizer:
@@ -69,12 +75,41 @@ def train_bpe(texts: list[str], vocab_size: int, path: Path) -> Path:
 
 
 class _PlainMap:
+    """A text sample -> its ids + EOD (tokenized here, per sample: what a plain loader does)."""
+
     def __init__(self, tok: Any, eod: int) -> None:
         self.tok, self.eod = tok, eod
 
     def __call__(self, sample: dict[str, Any]) -> torch.Tensor:
-        ids = self.tok(_text(sample))
+        ids = np.asarray(self.tok(_text(sample)), dtype=np.int64)
         return torch.from_numpy(np.concatenate([ids, [self.eod]]))
+
+
+class _IdsMap:
+    """A pre-tokenized sample (`.npy` ids) -> its ids + EOD: no tokenizer at load time."""
+
+    def __init__(self, eod: int) -> None:
+        self.eod = eod
+
+    def __call__(self, sample: dict[str, Any]) -> torch.Tensor:
+        ids = np.load(io.BytesIO(sample["npy"]), allow_pickle=False).astype(np.int64)
+        return torch.from_numpy(np.concatenate([ids, [self.eod]]))
+
+
+def write_pretokenized(urls: list[str], tok: Any, out: Path) -> list[str]:
+    """Tar shards of `.npy` ids (the tokenizer's, uint16), one per text shard, same samples."""
+    import webdataset as wds
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for url in urls:
+        path = out / Path(url).name
+        with wds.TarWriter(str(path)) as w:
+            for s in wds.WebDataset([url], shardshuffle=False, empty_check=False):
+                ids = np.asarray(tok(_text(s)), dtype=np.uint16)
+                w.write({"__key__": s["__key__"], "npy": ids})
+        paths.append(str(path))
+    return paths
 
 
 def _pack(seqs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -106,13 +141,14 @@ def _timed(sizes: Any) -> tuple[int, tuple[float, float]]:
 
 
 def run_plain(
-    urls: list[str], gbs: int, workers: int, repeat: int, tok: Any
+    urls: list[str], gbs: int, workers: int, repeat: int, fn: Any
 ) -> tuple[int, float, float]:
+    """(tokens, median epoch s, median steady s) of a webdataset pipeline mapping `fn`."""
     import webdataset as wds
 
     ds = (
         wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-        .map(_PlainMap(tok, eod=0))
+        .map(fn)
         .batched(gbs, collation_fn=_pack, partial=True)
     )
     dl = torch.utils.data.DataLoader(
@@ -129,13 +165,13 @@ def run_plain(
 
 
 def run_plain_dp(
-    urls: list[str], n: int, gbs: int, workers: int, repeat: int, tok: Any
+    urls: list[str], n: int, gbs: int, workers: int, repeat: int, fn: Any
 ) -> dict[str, float]:
     """Plain data parallelism on n replicas: replica r reads shards r, r+n, ... (split_by_node)
     with a per-replica batch of gbs / n; the job waits for the slowest replica."""
     times, steady, total = [], [], 0
     for r in range(n):
-        tokens, wall, st = run_plain(urls[r::n], max(1, gbs // n), workers, repeat, tok)
+        tokens, wall, st = run_plain(urls[r::n], max(1, gbs // n), workers, repeat, fn)
         total += tokens
         times.append(wall)
         steady.append(st)
@@ -156,7 +192,7 @@ def run_fcp(
     cost: Any,
     repeat: int,
     tok: Any,
-    store: bool = False,
+    store: bool = True,
 ) -> dict[str, float]:
     from fcp_data.loader import FCPDataLoader, LoaderOptions
     from fcp_data.planner import Cluster
@@ -203,19 +239,29 @@ def run_fcp(
     }
 
 
+def _row(name: str, r: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pipeline": name,
+        **r,
+        "ratio": r["tokens_per_s"] / base["tokens_per_s"],
+        "steady_ratio": r["steady_tokens_per_s"] / base["steady_tokens_per_s"],
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samples", type=int, default=600)
+    ap.add_argument("--samples", type=int, default=400)
     ap.add_argument("--global-batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3, help="epochs timed; the median is kept")
     ap.add_argument(
         "--tokenizer",
-        choices=["bytes", "bpe"],
-        default="bytes",
-        help="bytes: utf-8 bytes as ids (near-free); bpe: a byte-level BPE (tokenizers library, "
-        "vocab 8192) trained on the corpus, the cost a real LLM tokenizer has",
+        choices=["bpe", "bytes"],
+        default="bpe",
+        help="bpe: a byte-level BPE (tokenizers library, vocab 8192) trained on the corpus and "
+        "saved as tokenizer.json, the cost a real LLM tokenizer has (default); bytes: utf-8 "
+        "bytes as ids (near-free)",
     )
     ap.add_argument(
         "--out", default=str(Path(__file__).parent / "results" / "loader_throughput.json")
@@ -226,102 +272,115 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
+    from fcp_data.cli import main as fcp
     from fcp_data.planner import CostModel
-    from fcp_data.readers import build_index, make_shards
-    from fcp_data.readers.text import CallableCounter
+    from fcp_data.readers import LengthIndex, make_shards
+    from fcp_data.readers.text import as_tokenizer
 
-    console = Console(width=120)
+    console = Console(width=140)
+    load_before = os.getloadavg()[0]
+    n = args.replicas
     with tempfile.TemporaryDirectory() as tmp:
         paths = make_shards(Path(tmp) / "shards", text=args.samples, seed=0, samples_per_shard=64)
         urls = [str(p) for p in paths]
         if args.tokenizer == "bpe":
-            from fcp_data.readers.text import as_tokenizer
-
             texts = [_text(s) for s in wds.WebDataset(urls, shardshuffle=False, empty_check=False)]
-            tok: Any = as_tokenizer(train_bpe(texts, 8192, Path(tmp) / "bpe.json"))
-            counter = CallableCounter(tok)
+            spec = str(train_bpe(texts, 8192, Path(tmp) / "tokenizer.json"))
         else:
-            tok = ByteTokenizer()
+            spec = ByteTokenizer.spec  # an object, not a file: indexed through build_index
+        tok = as_tokenizer(spec) if args.tokenizer == "bpe" else ByteTokenizer()
+        ids_urls = write_pretokenized(urls, tok, Path(tmp) / "ids")
+        # the index a user gets from `fcp index SHARDS --tokenizer FILE`, and with --no-store
+        default, nostore = Path(tmp) / "index", Path(tmp) / "index-nostore"
+        if args.tokenizer == "bpe":
+            for out, extra in ((default, []), (nostore, ["--no-store"])):
+                argv_i = ["index", *urls, "-o", str(out), "--tokenizer", spec, *extra]
+                assert fcp([*argv_i, "--workers", str(args.workers)]) == 0
+        else:
+            from fcp_data.readers import build_index
+            from fcp_data.readers.text import CallableCounter
+
             counter = CallableCounter(tok, spec=ByteTokenizer.spec)
-        index = build_index(urls, Path(tmp) / "index", counter=counter)
-        stored = build_index(urls, Path(tmp) / "stored", counter=counter, store_tokens=True)
+            build_index(urls, default, counter=counter, store_tokens=None)
+            build_index(urls, nostore, counter=counter, store_tokens=False)
         cost = CostModel.from_model("qwen3-1.7b", "cpu")
-        plain_tokens, plain_s, plain_steady = run_plain(
-            urls, args.global_batch, args.workers, args.repeat, tok
-        )
-        dp = run_plain_dp(urls, args.replicas, args.global_batch, args.workers, args.repeat, tok)
-        rows = [
-            run_fcp(
-                idx, n, args.global_batch, args.workers, cost, args.repeat, tok, store=idx is stored
+        g, w, rep = args.global_batch, args.workers, args.repeat
+        plain_tok, plain_s, plain_st = run_plain(urls, g, w, rep, _PlainMap(tok, eod=0))
+        ids_tok, ids_s, ids_st = run_plain(ids_urls, g, w, rep, _IdsMap(eod=0))
+        plain1 = {"tokens_per_s": plain_tok / plain_s, "steady_tokens_per_s": plain_tok / plain_st}
+        ids1 = {"tokens_per_s": ids_tok / ids_s, "steady_tokens_per_s": ids_tok / ids_st}
+        plain_n = run_plain_dp(urls, n, g, w, rep, _PlainMap(tok, eod=0))
+        ids_n = run_plain_dp(ids_urls, n, g, w, rep, _IdsMap(eod=0))
+        loader_tok: Any = spec if args.tokenizer == "bpe" else tok
+        fcp_rows = {
+            (name, k): run_fcp(
+                LengthIndex.open(idx), k, g, w, cost, rep, loader_tok, store=name == "default"
             )
-            for idx in (index, stored)
-            for n in (1, args.replicas)
-        ]
-    plain_tps, plain_steady_tps = plain_tokens / plain_s, plain_tokens / plain_steady
+            for name, idx in (("default", default), ("no store", nostore))
+            for k in (1, n)
+        }
+    load_after = os.getloadavg()[0]
+    rows = []
+    for k, plain, ids in ((1, plain1, ids1), (n, plain_n, ids_n)):
+        for name in ("default", "no store"):
+            r = fcp_rows[(name, k)]
+            rows.append(
+                {
+                    **_row(f"FCP {name}, {k} replica(s)", r, plain),
+                    "ratio_to_pretokenized": r["tokens_per_s"] / ids["tokens_per_s"],
+                    "steady_ratio_to_pretokenized": r["steady_tokens_per_s"]
+                    / ids["steady_tokens_per_s"],
+                }
+            )
     result = {
-        "samples": args.samples,
-        "global_batch": args.global_batch,
-        "workers": args.workers,
-        "repeat": args.repeat,
-        "tokenizer": args.tokenizer,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "command": "python bench/loader_throughput.py "
-        + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
-        "tokens": plain_tokens,
-        "plain": {
-            "seconds": plain_s,
-            "tokens_per_s": plain_tps,
-            "steady_seconds": plain_steady,
-            "steady_tokens_per_s": plain_steady_tps,
-        },
-        "plain_dp": dp,
-        "fcp": [
-            {
-                **r,
-                "ratio_to_plain": r["tokens_per_s"] / base["tokens_per_s"],
-                "steady_ratio_to_plain": r["steady_tokens_per_s"] / base["steady_tokens_per_s"],
-            }
-            for r, base in zip(
-                rows,
-                [{"tokens_per_s": plain_tps, "steady_tokens_per_s": plain_steady_tps}, dp] * 2,
-            )
-        ],
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "load_avg_1min": [load_before, load_after],
+        "samples": args.samples,
+        "global_batch": g,
+        "workers": w,
+        "repeat": rep,
+        "replicas": n,
+        "tokenizer": args.tokenizer,
+        "tokens": plain_tok,
+        "plain": {**plain1, "replicas": 1},
+        "plain_dp": plain_n,
+        "pretokenized": {**ids1, "replicas": 1},
+        "pretokenized_dp": ids_n,
+        "fcp": rows,
     }
     table = Table(
-        title=f"loader throughput: {args.samples} stdlib-text samples, "
-        f"{plain_tokens:,} tokens ({args.tokenizer}), global batch {args.global_batch}, "
-        f"{args.workers} workers"
+        title=f"loader throughput: {args.samples} stdlib-text samples, {plain_tok:,} tokens "
+        f"({args.tokenizer}), global batch {g}, {w} workers, load {load_before:.1f}/"
+        f"{load_after:.1f}"
     )
     for col in (
         "pipeline",
-        "epoch s",
         "tokens/s",
         "x plain",
         "steady x plain",
+        "x pre-tokenized",
+        "steady x pre-tok.",
         "planning",
-        "plan ms/batch",
     ):
         table.add_column(col, justify="right" if col != "pipeline" else "left")
-    table.add_row(
-        "plain, 1 replica", f"{plain_s:.2f}", f"{plain_tps:,.0f}", "1.00", "1.00", "-", "-"
-    )
-    table.add_row(
-        f"plain DP, {dp['replicas']} replicas",
-        f"{dp['slowest_s']:.2f}",
-        f"{dp['tokens_per_s']:,.0f}",
-        "1.00",
-        "1.00",
-        "-",
-        "-",
-    )
-    for r in result["fcp"]:
+    for name, r in (
+        ("plain (tokenizes), 1 replica", plain1),
+        ("pre-tokenized, 1 replica", ids1),
+        (f"plain DP (tokenizes), {n} replicas", plain_n),
+        (f"pre-tokenized DP, {n} replicas", ids_n),
+    ):
+        table.add_row(name, f"{r['tokens_per_s']:,.0f}", "", "", "", "", "-")
+    for r in rows:
         table.add_row(
-            f"FCP{' + token store' if r['token_store'] else ''}, {r['replicas']} replica(s)",
-            f"{r['slowest_s']:.2f}",
+            r["pipeline"],
             f"{r['tokens_per_s']:,.0f}",
-            f"{r['ratio_to_plain']:.2f}",
-            f"{r['steady_ratio_to_plain']:.2f}",
+            f"{r['ratio']:.2f}",
+            f"{r['steady_ratio']:.2f}",
+            f"{r['ratio_to_pretokenized']:.2f}",
+            f"{r['steady_ratio_to_pretokenized']:.2f}",
             f"{100 * r['planning_share']:.1f}%",
-            f"{r['planning_ms_per_batch']:.1f}",
         )
     console.print(table)
     out = Path(args.out)

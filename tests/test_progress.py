@@ -16,7 +16,7 @@ def test_off_a_terminal_lines_carry_counts_rate_and_time_left() -> None:
         p.advance(1, extra=1000)
         p.advance(1, extra=234)
     lines = out.getvalue().splitlines()
-    assert len(lines) == 3  # one per advance (every_s=0) and the closing one
+    assert len(lines) == 2  # one per advance (every_s=0); the closing one repeats nothing
     assert lines[0].startswith("fcp index: 1/4 shards (25%), 1,000 samples, ")
     assert "shards/s" in lines[0] and "s left" in lines[0]
     assert lines[-1].startswith("fcp index: 2/4 shards (50%), 1,234 samples")
@@ -44,4 +44,5 @@ def test_fcp_index_reports_progress_in_a_log(tmp_path) -> None:
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "fcp index: 1/1 shards (100%), 5 samples" in done.stderr
+    size = (tmp_path / "a.tar").stat().st_size / 1e3  # bytes read inside the shard
+    assert f"fcp index: {size:.1f} kB/{size:.1f} kB (100%), 5 samples" in done.stderr

@@ -110,11 +110,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=1,
         help="scanning processes (default 1, at most 256)",
     )
-    p.add_argument(
+    store = p.add_mutually_exclusive_group()
+    store.add_argument(
         "--store-tokens",
         action="store_true",
-        help="also write every text sample's token ids (tokenized once, in the workers) into "
-        "a memory-mapped token store beside the index; needs a real --tokenizer",
+        help="require the token store (the default with a tokenizer file or py: ids) and keep "
+        "pre-tokenized .npy ids in it too; refused with a bytes:R estimate",
+    )
+    store.add_argument(
+        "--no-store",
+        action="store_true",
+        help="do not write the token store that --tokenizer FILE writes by default (every "
+        "text sample's ids, tokenized once here, so loader replicas slice the zigzag chunks "
+        "they hold instead of tokenizing whole sequences; its disk cost is printed)",
     )
     p.set_defaults(func=run)
 
@@ -162,16 +170,42 @@ def run(args: argparse.Namespace) -> int:
         config=config,
         workers=args.workers,
         progress=True,
-        store_tokens=args.store_tokens,
+        store_tokens=True if args.store_tokens else False if args.no_store else None,
     )
     console = Console()
     seq = index.seqlens
+    files = index.header.skipped_files
     console.print(
         f"[bold]{args.output}[/]: {len(index)} samples from {len(index.header.shards)} shards, "
         f"{int(seq.sum()):,} tokens (max {int(seq.max()) if len(seq) else 0:,}), "
-        f"{len(index.skipped)} skipped",
+        f"{len(index.skipped)} skipped"
+        + (f", {len(files)} files that are not data skipped" if files else "")
+        + f"; {_store_line(index, args)}",
         soft_wrap=True,
     )
     for s in index.skipped[:10]:
         console.print(f"  skipped {s.shard}: {s.key}: {s.reason}", soft_wrap=True)
+    for f in files[:10]:
+        console.print(f"  not data: {f.path} ({f.reason})", soft_wrap=True)
     return 0
+
+
+def _store_line(index: object, args: argparse.Namespace) -> str:
+    """The token store's part of the summary: its disk cost, or why there is none."""
+    from pathlib import Path
+
+    from fcp_data.progress import human_bytes
+    from fcp_data.readers.token_store import FLAT_NAME, OFFSETS_NAME, TokenStore
+
+    out = Path(args.output)
+    if TokenStore.exists(out):
+        size = sum((out / n).stat().st_size for n in (FLAT_NAME, OFFSETS_NAME))
+        head = TokenStore.open(out).header
+        per = f"{head.num_tokens:,} ids as {head.dtype.lstrip('<|')}"
+        return f"token store {human_bytes(size)} on disk ({per}; --no-store to skip it)"
+    if args.no_store:
+        return "no token store (--no-store): loader replicas tokenize whole sequences"
+    spec = str(getattr(getattr(index, "header", None), "tokenizer", ""))
+    if spec.startswith("bytes:"):
+        return f"no token store ({spec} is an estimate: the loader computes its ids)"
+    return "no token store (no text the loader would tokenize, or a tokenizer of counts)"

@@ -263,9 +263,12 @@ class Blend:
             seen[ident] = k
         specs = {s.header.tokenizer for s in self.sources}
         if len(specs) > 1:
-            which = ", ".join(
-                f"{self._label(k)}: {s.header.tokenizer!r}" for k, s in enumerate(self.sources)
-            )
+
+            def counted(src: Any) -> str:  # the tokenizer file too, where the index records it
+                path = getattr(src.header, "tokenizer_file", "")
+                return f"{path} ({src.header.tokenizer})" if path else repr(src.header.tokenizer)
+
+            which = ", ".join(f"{self._label(k)}: {counted(s)}" for k, s in enumerate(self.sources))
             raise IndexMismatchError(
                 f"blended sources were counted with different tokenizers {sorted(specs)} "
                 f"({which}); index them all with the tokenizer the loader uses"

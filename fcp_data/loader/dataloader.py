@@ -37,7 +37,7 @@ from ..errors import ConfigError
 from ..planner import Cluster, CostModel
 from ..planner.api import check_strategy
 from ..readers.rules_base import VisionTokenRule
-from ..readers.text import as_tokenizer
+from ..readers.text import as_tokenizer, self_contained
 from ..vision.decode import resolve_backend
 from ..vision.modality import Modality
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
@@ -47,7 +47,13 @@ from .prefetch import planned_batches
 from .read_ahead import ReadAhead
 from .resume import plan_settings, resume_point, sampler_settings, source_fingerprint
 from .sampler import GlobalBatchSampler
-from .source import check_source_matches, open_source, resolve_rule, source_skipped
+from .source import (
+    check_source_matches,
+    open_source,
+    resolve_rule,
+    source_skipped,
+    tokenizer_hint,
+)
 from .time_limit import SampleTimeLimit
 from .token_source import open_token_store
 from .types import BatchMetrics, LoaderState, SampleSource
@@ -64,9 +70,12 @@ class FCPDataLoader:
     replica's index in [0, cluster.num_replicas); every replica builds its own loader with the
     same arguments but its replica index, and all of them agree on every plan (MicroBatch.digest).
     `tokenizer` turns text into ids and must be the one the index was counted with: a
-    `tokenizers.Tokenizer`, a transformers tokenizer, a local tokenizer.json or directory, or a
-    callable str -> ids (see readers.text.as_tokenizer). Its `spec` is checked against the index
-    header (IndexMismatchError naming both), as is `vision_rule`.
+    `tokenizers.Tokenizer`, a transformers tokenizer, any spec `fcp index --tokenizer` takes (a
+    local tokenizer.json or directory, `bytes:R`, `py:module:callable`), or a callable str -> ids
+    (see readers.text.as_tokenizer). Its `spec` is checked against the index header
+    (IndexMismatchError naming both, and their files), as is `vision_rule`. Without one, an
+    index counted with `bytes:R` (a plain `fcp index`) tokenizes with `BytesTokenizer` (exactly
+    the ids it counted), and one with a token store needs none for its stored text.
     """
 
     def __init__(
@@ -124,6 +133,9 @@ class FCPDataLoader:
                 self.source_skipped[:3],
             )
         check_source_matches(src, tokenizer, vision_rule)
+        recorded = str(getattr(src.header, "tokenizer", "") or "")
+        if tokenizer is None and opts.vision is None and self_contained(recorded):
+            tokenizer = as_tokenizer(recorded)  # bytes:R: the ids it counted, no file needed
         if hasattr(src, "shard_cache"):  # a LengthIndex: how to reach non-local shards
             src.remote = opts.remote if opts.remote is not None else src.remote
             src.shard_cache = opts.shard_cache if opts.shard_cache is not None else src.shard_cache
@@ -195,6 +207,7 @@ class FCPDataLoader:
                 decode_backend=_decode_backend(src, opts),
                 decode_device=opts.decode_device,
                 chat_loss_roles=opts.chat_loss_roles,
+                tokenizer_hint=tokenizer_hint(src),
             )
             if opts.token_store:
                 encoder.store = open_token_store(src)
@@ -224,6 +237,19 @@ class FCPDataLoader:
     def num_batches(self) -> int:
         """Global batches per epoch (an optimizer step each)."""
         return self.sampler.num_batches()
+
+    def __len__(self) -> int:
+        """Refused with the reason: an epoch yields `plan.num_waves` micro-batches per global
+        batch, and a batch's wave count is known only once it is planned (1 to 6 waves a batch
+        in the README's corpus), so no count of micro-batches exists up front. TypeError, which
+        `list()`, `tqdm` and length hints read as "no length"; the counts that do exist are
+        `num_batches` (global batches per epoch) and `progress`."""
+        raise TypeError(
+            f"len(FCPDataLoader) is unknowable: an epoch of {self.num_batches} global batches "
+            "yields plan.num_waves micro-batches per batch, known only once each batch is "
+            "planned; use loader.num_batches (global batches per epoch, an optimizer step each) "
+            "or loader.progress (epoch, batches done, batches per epoch)"
+        )
 
     @property
     def epoch(self) -> int:

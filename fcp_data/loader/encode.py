@@ -91,11 +91,26 @@ class SampleEncoder(VisionEncoderMixin):
     token_ids: SpecialTokenIds | None = None
     store: Any = None  # readers.token_store.TokenStore: text ids sliced, never re-tokenized
     chat_loss_roles: tuple[str, ...] = ("assistant",)  # text chat samples (readers.chat_text)
+    tokenizer_hint: str = ""  # the index's own tokenizer, named by the "no tokenizer=" error
+
+    def _no_tokenizer(self, what: str) -> ConfigError:
+        hint = self.tokenizer_hint or "the tokenizer the index was counted with"
+        return ConfigError(
+            f"the sample holds {what} but the loader has no tokenizer= and no token store "
+            f"holds its ids; pass {hint}"
+        )
 
     def _ids(self, text: str) -> np.ndarray:
         if self.tokenizer is None:
-            raise ConfigError("the sample holds text but the loader has no tokenizer=; pass one")
-        return np.asarray(self.tokenizer(text), dtype=np.int64)
+            raise self._no_tokenizer("text")
+        ids = np.asarray(self.tokenizer(text), dtype=np.int64)
+        if ids.ndim != 1:  # a `py:` counter that returns a count: no ids to train on
+            spec = getattr(self.tokenizer, "spec", type(self.tokenizer).__name__)
+            raise ConfigError(
+                f"the tokenizer {spec!r} returned {ids.ndim}-d {ids.dtype} for a text, not a "
+                "list of token ids; the loader needs a callable str -> ids"
+            )
+        return ids
 
     def text_ids(self, sample: Mapping[str, Any]) -> np.ndarray:
         if "npy" in sample:
@@ -142,7 +157,7 @@ class SampleEncoder(VisionEncoderMixin):
         from ..readers.chat_text import encode_text_chat
 
         if self.tokenizer is None:
-            raise ConfigError("the sample holds a chat but the loader has no tokenizer=; pass one")
+            raise self._no_tokenizer("a chat")
         ids, targets = encode_text_chat(turns, self._ids, self.chat_loss_roles)
         return EncodedSample(
             tokens=np.concatenate([ids, np.full(special, self.eod_id, dtype=np.int64)]),

@@ -22,11 +22,17 @@ from ..readers.length_index import LengthIndex
 from ..readers.sample_source import SAMPLE_COLUMNS, SampleSource
 from ..readers.scan import ScanConfig
 from ..readers.scanned import ScannedSource
-from ..readers.text import TokenCounter, Tokenizer, as_counter
+from ..readers.text import TokenCounter, Tokenizer, as_counter, tokenizer_label
 from ..vision.families import VisionTokenRule, get_rule
 from ..vision.modality import Modality
 
-__all__ = ["check_source_matches", "open_source", "resolve_rule", "source_skipped"]
+__all__ = [
+    "check_source_matches",
+    "open_source",
+    "resolve_rule",
+    "source_skipped",
+    "tokenizer_hint",
+]
 
 # A vision rule as the loader takes it: a rule object or a registered rule's name.
 RuleArg = VisionTokenRule | str | None
@@ -108,13 +114,43 @@ def _tokenizer_spec(tokenizer: object) -> str | None:
     return None
 
 
+def _recorded_file(source: SampleSource) -> str:
+    """The tokenizer file an index was counted with, as its header records it ("" if none)."""
+    header = getattr(source, "header", None)
+    return str(getattr(header, "tokenizer_file", "") or "")
+
+
+def tokenizer_hint(source: SampleSource) -> str:
+    """What the loader's "no tokenizer=" error suggests: the index's own tokenizer."""
+    header = getattr(source, "header", None)
+    spec = str(getattr(header, "tokenizer", "") or "")
+    if not spec:
+        return ""
+    path = _recorded_file(source)
+    if path:
+        return f"tokenizer={path!r}, the file the index was counted with ({spec})"
+    return f"the tokenizer the index was counted with ({spec})"
+
+
 def check_source_matches(source: SampleSource, tokenizer: object, vision_rule: RuleArg) -> None:
-    """Raise when the source was counted with another tokenizer or vision rule than the loader's."""
+    """Raise when the source was counted with another tokenizer or vision rule than the loader's.
+
+    A tokenizer mismatch names both sides by file when there is one (the index header's
+    `tokenizer_file`, the loader's tokenizer's `source`), not only by their hashes."""
     header = source.header
     built_rule: Mapping[str, Any] = header.rule
-    checks: list[tuple[object, object, str]] = [
-        (_tokenizer_spec(tokenizer), header.tokenizer or None, "tokenizer")
-    ]
+    want = _tokenizer_spec(tokenizer)
+    have = header.tokenizer or None
+    if want is not None and have is not None and want != have:
+        path = _recorded_file(source)
+        index_side = f"{path} ({have})" if path else repr(have)
+        raise IndexMismatchError(
+            f"the index was built with tokenizer {index_side} but the loader has "
+            f"{tokenizer_label(tokenizer, want)}: token counts would not match the plan; "
+            "pass the tokenizer the index was built with, or rebuild the index with the "
+            "loader's (fcp index --tokenizer ...)"
+        )
+    checks: list[tuple[object, object, str]] = []
     if isinstance(vision_rule, str):
         checks.append((vision_rule, built_rule.get("name"), "vision rule"))
     elif vision_rule is not None and built_rule:

@@ -2,21 +2,36 @@
 
 Shards are dealt to a spawn-context process pool in chunks of consecutive shards (about four
 chunks per worker: enough to balance uneven shards, few enough that each chunk's single video
-probe child, ~0.5 s to start, is amortised). Results are merged in shard order, so the index is
+probe child, ~0.5 s to start, is amortised). A big plain `.jsonl`, `.parquet` or megatron
+`.bin` is first cut into pieces of about 1/(4 x workers) of the bytes (at least
+`MIN_PIECE_BYTES`): byte ranges of whole lines, runs of row groups, runs of documents, so one
+55 MB file no longer runs on one worker while the others idle. Results are merged in shard
+order (a JSON Lines piece's line numbers are shifted by the lines before it), so the index is
 identical for any worker count. The consecutive-failure fuse spans shard boundaries: each shard
 reports the failures at its head and tail and the parent joins the runs.
+
+Progress counts bytes read inside every file, so a long single file shows its bytes, samples,
+rate and time left: scanned here, every `REPORT_BYTES` (1 MiB) or second; in workers, the same
+through a manager queue once the build holds `LIVE_REPORT_BYTES` (64 MiB; below it a finished
+chunk reports, sparing the manager's ~1 s start).
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
+import queue
+import re
 import shutil
 import sys
-from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 import numpy as np
@@ -27,6 +42,7 @@ from .checksum import MemberHasher, pipe_fingerprint
 from .errors import (
     EmptyIndexError,
     ErrorPolicy,
+    SkippedFile,
     SkippedSample,
     TooManyFailures,
     empty_scan_message,
@@ -49,9 +65,47 @@ from .scan import SampleRecord, ScanConfig, Scanner
 from .shards import as_local_path, expand_shards, is_seekable, shard_fingerprint
 from .sources import format_of, source_meta
 from .text import TokenCounter, as_counter, load_counter
-from .token_store import TokenRecorder, pack_ids, write_store
+from .token_store import TokenRecorder, pack_ids, storable, write_store
 
-__all__ = ["build_index"]
+__all__ = [
+    "LIVE_REPORT_BYTES",
+    "MIN_PIECE_BYTES",
+    "REPORT_BYTES",
+    "ProgressOptions",
+    "build_index",
+]
+
+MIN_PIECE_BYTES = 1 << 20  # a piece costs a task and a scanner start (~ms): never smaller
+REPORT_BYTES = 1 << 20  # a worker tells the parent every MiB read (or every second)
+REPORT_S = 1.0
+# bytes from which worker processes report progress inside files: their queue lives in a
+# manager process that costs ~0.5-1.5 s to start on 2 busy cores; below this a build reports
+# per finished chunk of pieces instead (it takes seconds at ~20 MB/s a worker anyway)
+LIVE_REPORT_BYTES = 64 << 20
+SPLIT_FORMATS = ("jsonl", "parquet", "megatron")  # formats a piece of a file can be read from
+_LINE_KEY = re.compile(r"^line (\d+)$")
+
+
+@dataclass(kw_only=True, slots=True)
+class ProgressOptions:
+    """Where `build_index` reports progress: `stream` (default stderr; a bar on a terminal,
+    else a plain line every `every_s` seconds, 10 by default, and one at the end)."""
+
+    stream: IO[str] | None = None
+    every_s: float = 10.0
+
+
+class _Piece(msgspec.Struct, frozen=True):
+    """A shard, or a piece of one big file: `span` in the format's own unit (a .jsonl's byte
+    range, a .parquet's row groups, a megatron .bin's documents; None: the whole shard), and
+    the bytes [start, end) of the file it accounts for in progress (end 0: size unknown)."""
+
+    url: str
+    part: int = 0
+    parts: int = 1
+    span: tuple[int, int] | None = None
+    start: int = 0
+    end: int = 0
 
 
 class _ShardResult(msgspec.Struct):
@@ -66,11 +120,53 @@ class _ShardResult(msgspec.Struct):
     checksums: Any = None  # uint32 crc32 of every member of `records`, in member order
     format: str = "tar"  # sources.FORMATS
     meta: dict[str, Any] = {}  # what reading it back needs (megatron: dtype, .idx fingerprint)
+    lines: int = 0  # JSON Lines: lines the piece held (numbers the lines of the next piece)
 
 
-def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = None) -> _ShardResult:
+class _Meter:
+    """Progress of one piece: bytes read and samples, sent on every `REPORT_BYTES` or
+    `REPORT_S`, never past the piece's share of the file (the last report tops it up)."""
+
+    def __init__(self, piece: _Piece, send: Callable[[int, int], None] | None) -> None:
+        self.piece, self.send = piece, send
+        self.budget = piece.end - piece.start
+        self.bytes = self.samples = 0  # sent so far
+        self._t = time.perf_counter()
+
+    def at(self, done: int, samples: int, *, last: bool = False) -> None:
+        if self.send is None:
+            return
+        done = max(self.bytes, min(done, self.budget) if self.budget > 0 else done)
+        now = time.perf_counter()
+        if last or done - self.bytes >= REPORT_BYTES or now - self._t >= REPORT_S:
+            if done > self.bytes or samples > self.samples:
+                self.send(done - self.bytes, samples - self.samples)
+            self.bytes, self.samples, self._t = done, samples, now
+
+    def position(self, scanner: Scanner, rec: SampleRecord) -> int:
+        """Bytes of the piece read once `rec` is scanned: the format's own fraction (JSON
+        Lines, tables) or the end of the record's last member (tars, megatron)."""
+        cursor = scanner.cursor
+        if cursor is not None and self.budget > 0:
+            return int(cursor.done_fraction() * self.budget)
+        end = max((off + size for off, size in rec.members.values()), default=0)
+        return end - self.piece.start
+
+
+def _scan_shard(
+    scanner: Scanner,
+    piece: _Piece | str,
+    recorder: TokenRecorder | None = None,
+    send: Callable[[int, int], None] | None = None,
+) -> _ShardResult:
+    if isinstance(piece, str):
+        piece = _Piece(piece)
+    url = piece.url
     fmt = format_of(url)
-    meta = source_meta(url, fmt, timeout_s=scanner.config.stream_timeout_s)
+    first = piece.part == 0
+    meta = source_meta(url, fmt, timeout_s=scanner.config.stream_timeout_s) if first else {}
+    if fmt in ("parquet", "arrow", "megatron"):
+        meta = {**meta, "key_base": 1} if first else meta  # "row 1", "doc 1": counted from 1
     drop = is_remote(url) or fmt != "tar"  # rows, decompressed lines, ids: read back later
     start = len(scanner.log.skipped)
     records: list[SampleRecord] = []
@@ -78,8 +174,9 @@ def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = Non
     head = -1
     last = start  # skipped count when the last good record was seen
     crcs: list[int] = []
+    meter = _Meter(piece, send)
     hasher = MemberHasher(url, timeout_s=scanner.config.stream_timeout_s)
-    for rec in scanner.scan(url):
+    for rec in scanner.scan(url, piece.span):
         now = len(scanner.log.skipped)
         if head < 0:
             head = now - start
@@ -88,31 +185,148 @@ def _scan_shard(scanner: Scanner, url: str, recorder: TokenRecorder | None = Non
         if recorder is not None:
             ids.append(recorder.take(rec))
         crcs.extend(hasher.record(rec))  # before the payload goes: hashed from memory
+        meter.at(meter.position(scanner, rec), len(records))
         if drop:
             rec.payload = None  # members are fetched by range later, not shipped to the parent
+    lines = int(getattr(scanner.cursor, "lines", 0) or 0)
     skipped = scanner.log.skipped[start:]
     head = len(skipped) if head < 0 else head
     tail = len(skipped) if not records else len(scanner.log.skipped) - last
     hasher.close()
+    meter.at(meter.budget, len(records), last=True)
     size = os.path.getsize(url) if is_seekable(url) else 0
     checksums = np.array(crcs, dtype=CHECKSUM_DTYPE)
-    fingerprint = shard_fingerprint(url)
+    fingerprint = shard_fingerprint(url) if first else ""
     if url.startswith("pipe:"):  # was "": a changed command output was never seen
         fingerprint = pipe_fingerprint([m for r in records for m in r.members.values()], checksums)
     res = _ShardResult(
         url, records, skipped, head, tail, fingerprint, size, checksums=checksums, format=fmt
     )
-    res.meta = meta
-    if recorder is not None:
+    res.meta, res.lines = meta, lines
+    if recorder is not None and not recorder.unusable:
         res.token_ids = pack_ids(ids)
     return res
 
 
-def _scan_chunk(urls: list[str], config: ScanConfig, counter: TokenCounter) -> list[_ShardResult]:
-    """Scan consecutive shards with one Scanner, so one probe child serves them all."""
+def _scan_chunk(
+    pieces: list[_Piece], config: ScanConfig, counter: TokenCounter, report: Any = None
+) -> list[_ShardResult]:
+    """Scan consecutive shards (or pieces) with one Scanner, so one probe child serves them
+    all; `report` (a manager queue) gets (bytes, samples) as they are read."""
     recorder = counter if isinstance(counter, TokenRecorder) else None
+    send = None if report is None else lambda b, n: report.put((b, n))
     with Scanner(config, counter) as scanner:
-        return [_scan_shard(scanner, u, recorder) for u in urls]
+        return [_scan_shard(scanner, p, recorder, send) for p in pieces]
+
+
+def _split(url: str, size: int, target: int) -> list[tuple[tuple[int, int], int, int]]:
+    """(span, first byte, end byte) of each piece of a big local file, or [] to keep it whole.
+
+    About size / target pieces, cut where the format allows: JSON Lines anywhere (a piece owns
+    the lines that start inside it), Parquet between row groups, megatron between documents."""
+    fmt = format_of(url)
+    n = math.ceil(size / target) if target > 0 else 1
+    if fmt not in SPLIT_FORMATS or n < 2 or not is_seekable(url) or not os.path.isfile(url):
+        return []
+    if fmt == "jsonl":
+        cuts = sorted({size * k // n for k in range(n + 1)})
+        return [((a, b), a, b) for a, b in pairwise(cuts)]
+    if fmt == "megatron":
+        from .sources.megatron import read_idx_file
+
+        idx = read_idx_file(url, timeout_s=60.0)
+        offsets = np.append(idx.doc_offset, idx.bin_bytes)
+        wanted = [size * k // n for k in range(n + 1)]
+        docs = sorted({int(np.searchsorted(offsets, w)) for w in wanted} | {0, len(idx)})
+        docs = [d for d in docs if d <= len(idx)]
+        return [((a, b), int(offsets[a]), int(offsets[b])) for a, b in pairwise(docs)]
+    from .sources.tables import row_group_rows
+
+    rows = np.asarray(row_group_rows(url), dtype=np.int64)
+    if rows.size < 2 or rows.sum() == 0:
+        return []
+    share = np.concatenate([[0], np.cumsum(rows)]) * size // int(rows.sum())  # bytes by rows
+    groups = sorted(
+        {int(np.searchsorted(share, size * k // n)) for k in range(n + 1)} | {0, rows.size}
+    )
+    groups = [g for g in groups if g <= rows.size]
+    return [((a, b), int(share[a]), int(share[b])) for a, b in pairwise(groups)]
+
+
+def _pieces(urls: list[str], workers: int) -> list[_Piece]:
+    """Every shard as one piece, and big local files as several when workers > 1."""
+    sizes = [os.path.getsize(u) if is_seekable(u) and os.path.isfile(u) else 0 for u in urls]
+    target = max(MIN_PIECE_BYTES, sum(sizes) // (workers * 4)) if workers > 1 else 0
+    out: list[_Piece] = []
+    for url, size in zip(urls, sizes):
+        cut = _split(url, size, target) if target and size > target else []
+        if len(cut) < 2:
+            out.append(_Piece(url, end=size))
+            continue
+        out.extend(
+            _Piece(url, k, len(cut), span, start, end) for k, (span, start, end) in enumerate(cut)
+        )
+    return out
+
+
+def _shift_line(key: str, by: int) -> str:
+    m = _LINE_KEY.match(key)
+    return f"line {int(m.group(1)) + by}" if m and by else key
+
+
+def _merge(parts: list[_ShardResult]) -> _ShardResult:
+    """The pieces of one file as one shard: records, skips, checksums and ids in order,
+    JSON Lines keys renumbered past the lines of the pieces before, the failure runs at the
+    head and tail joined across pieces."""
+    if len(parts) == 1:
+        return parts[0]
+    seen = 0
+    for p in parts:
+        if seen:
+            for r in p.records:
+                r.key = _shift_line(r.key, seen)
+            p.skipped = [
+                SkippedSample(s.shard, _shift_line(s.key, seen), s.reason) for s in p.skipped
+            ]
+        seen += p.lines
+    head = tail = 0
+    for p in parts:
+        head += p.head_failures if p.records else len(p.skipped)
+        if p.records:
+            break
+    for p in reversed(parts):
+        tail += p.tail_failures if p.records else len(p.skipped)
+        if p.records:
+            break
+    ids = [p.token_ids for p in parts]
+    first = parts[0]
+    return _ShardResult(
+        first.url,
+        [r for p in parts for r in p.records],
+        [s for p in parts for s in p.skipped],
+        head,
+        tail,
+        first.fingerprint,
+        first.size,
+        token_ids=None
+        if any(t is None for t in ids)
+        else (np.concatenate([t[0] for t in ids]), np.concatenate([t[1] for t in ids])),
+        checksums=np.concatenate([p.checksums for p in parts]),
+        format=first.format,
+        meta=first.meta,
+        lines=seen,
+    )
+
+
+def _merge_pieces(pieces: list[_Piece], results: list[_ShardResult]) -> list[_ShardResult]:
+    """One result per shard from the results of its pieces (in piece order)."""
+    out: list[_ShardResult] = []
+    k = 0
+    while k < len(pieces):
+        n = pieces[k].parts
+        out.append(_merge(results[k : k + n]))
+        k += n
+    return out
 
 
 def _check_runs(results: list[_ShardResult], policy: ErrorPolicy) -> None:
@@ -192,6 +406,92 @@ def _write(
     os.replace(tmp, out)
 
 
+def _recorder(counter: TokenCounter, store_tokens: bool | None) -> TokenRecorder | None:
+    """The token store's recorder: always (`True`, refusing an estimate), never (`False`),
+    or by default (`None`) when the counter tokenizes (a tokenizer file, `py:` ids)."""
+    if store_tokens is None:
+        return TokenRecorder(counter, required=False, keep_npy=False) if storable(counter) else None
+    return TokenRecorder(counter) if store_tokens else None
+
+
+def _tokenizer_file(counter: Any) -> str:
+    """The absolute path of the file `counter` was loaded from, or ""."""
+    inner = getattr(counter, "fn", counter)
+    return str(getattr(counter, "source", "") or getattr(inner, "source", "") or "")
+
+
+def _bar(progress: bool | ProgressOptions, pieces: list[_Piece]) -> Progress | None:
+    if progress is False:
+        return None
+    opts = progress if isinstance(progress, ProgressOptions) else ProgressOptions()
+    known = all(p.end > 0 for p in pieces)  # remote / pipe: no total, no time left
+    total = sum(p.end - p.start for p in pieces) if known else 0
+    return Progress(
+        "fcp index",
+        total,
+        unit="bytes",
+        extra="samples",
+        every_s=opts.every_s,
+        stream=opts.stream,
+    )
+
+
+def _drain(report: Any, bar: Progress) -> None:
+    while True:
+        try:
+            nbytes, samples = report.get_nowait()
+        except queue.Empty:
+            return
+        bar.advance(nbytes, extra=samples)
+
+
+def _scan_all(
+    pieces: list[_Piece],
+    config: ScanConfig,
+    counter: TokenCounter,
+    recorder: TokenRecorder | None,
+    workers: int,
+    bar: Progress | None,
+) -> list[_ShardResult]:
+    """Every piece's result, in order: in this process, or in a spawn pool whose workers
+    report (bytes, samples) through a manager queue the parent drains while it waits."""
+    send = None if bar is None else lambda b, n: bar.advance(b, extra=n)
+    # Chunks of consecutive pieces: about 4 per worker balance load while each chunk starts
+    # at most one probe child (a spawn costs ~0.5 s).
+    size = max(1, -(-len(pieces) // (workers * 4)))
+    chunks = [pieces[k : k + size] for k in range(0, len(pieces), size)]
+    if workers == 1 or len(chunks) == 1:
+        with Scanner(config, counter) as scanner:
+            return [_scan_shard(scanner, p, recorder, send) for p in pieces]
+    ctx = mp.get_context("spawn")
+    live = bar is not None and sum(p.end - p.start for p in pieces) >= LIVE_REPORT_BYTES
+    manager = ctx.Manager() if live else None
+    try:
+        report = manager.Queue() if manager is not None else None
+        with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=ctx) as pool:
+            futures: list[Future[list[_ShardResult]]] = [
+                pool.submit(_scan_chunk, c, config, counter, report) for c in chunks
+            ]
+            owner = {f: c for f, c in zip(futures, chunks)}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                if report is not None and bar is not None:
+                    _drain(report, bar)
+                elif bar is not None:  # no live reports: a chunk's bytes when it is done
+                    for f in done:
+                        got = f.result()
+                        nbytes = sum(p.end - p.start for p in owner[f])
+                        bar.advance(nbytes, extra=sum(len(r.records) for r in got))
+            results = [r for f in futures for r in f.result()]
+            if report is not None and bar is not None:
+                _drain(report, bar)
+            return results
+    finally:
+        if manager is not None:
+            manager.shutdown()
+
+
 def build_index(
     shards: Sequence[str] | str,
     out: str | os.PathLike[str],
@@ -199,24 +499,33 @@ def build_index(
     config: ScanConfig | None = None,
     counter: TokenCounter | Any = None,
     workers: int = 1,
-    progress: bool = False,
-    store_tokens: bool = False,
+    progress: bool | ProgressOptions = False,
+    store_tokens: bool | None = False,
     allow_empty: bool = False,
 ) -> LengthIndex:
     """Scan `shards` (paths, globs, braces, pipe:) and write an index directory at `out`.
 
-    `counter` (any picklable TokenCounter) overrides `config.tokenizer`; its spec is recorded.
-    Raises SampleError (on_error="raise") or TooManyFailures; otherwise skipped samples are
-    listed in `index.skipped`. `store_tokens` also writes every text sample's ids, captured
-    while the workers count them, into a token store beside the index (readers.token_store).
-    A scan that finds no sample raises EmptyIndexError naming the skips and writes nothing,
-    unless `allow_empty` (an empty source meant for a Blend at weight 0, say).
+    `counter` (any picklable TokenCounter) overrides `config.tokenizer`; its spec is recorded,
+    and the file it was loaded from (`header.tokenizer_file`). Raises SampleError
+    (on_error="raise") or TooManyFailures; otherwise skipped samples are listed in
+    `index.skipped`, and files inside data directories that are not data (a tokenizer.json, a
+    README) in `index.header.skipped_files`. `store_tokens`: a token store beside the index
+    with every text sample's ids, captured while the workers count them (readers.token_store):
+    None (what `fcp index` does unless `--no-store`) writes one when the counter tokenizes (a
+    tokenizer file, `py:` ids; not a `bytes:R` estimate) and some text needs it, True always
+    (an estimate is refused), False (the default here) never. `progress`: True or a
+    ProgressOptions reports bytes read inside every file. A scan that finds no sample raises
+    EmptyIndexError naming the skips and writes nothing, unless `allow_empty` (an empty source
+    meant for a Blend at weight 0, say).
     """
     from fcp_data import __version__
 
     config = config or ScanConfig()
     counter = as_counter(counter) if counter is not None else load_counter(config.tokenizer)
-    recorder = TokenRecorder(counter) if store_tokens else None
+    if store_tokens is not None and not isinstance(store_tokens, bool):
+        raise ConfigError(f"store_tokens={store_tokens!r} must be None (auto), True or False")
+    recorder = _recorder(counter, store_tokens)
+    tokenizer_file = _tokenizer_file(counter)
     counter = recorder or counter
     policy = ErrorPolicy(
         on_error=config.on_error,  # type: ignore[arg-type]
@@ -224,7 +533,8 @@ def build_index(
     )
     # every setting is checked (Scanner: ScanConfig fields, rule overrides) before any work
     rule_settings = Scanner(config, counter).rule.settings()
-    urls = expand_shards(shards)
+    not_data: list[SkippedFile] = []
+    urls = expand_shards(shards, skipped=not_data)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers={workers!r} must be an integer >= 1")
     out = Path(out)
@@ -233,32 +543,12 @@ def build_index(
             f"{out} exists and is not a length index; refusing to replace it. "
             "Choose a new or empty output directory"
         )
-    # Chunks of consecutive shards: about 4 per worker balance load while each chunk starts
-    # at most one probe child (a spawn costs ~0.5 s).
-    size = max(1, -(-len(urls) // (workers * 4)))
-    chunks = [urls[k : k + size] for k in range(0, len(urls), size)]
-    results: list[_ShardResult] = []
-    bar = Progress("fcp index", len(urls), unit="shards", extra="samples") if progress else None
+    pieces = _pieces(urls, workers)
+    bar = _bar(progress, pieces)
     if bar is not None:
         bar.__enter__()
     try:
-        if workers == 1 or len(chunks) == 1:
-            with Scanner(config, counter) as scanner:
-                for url in urls:
-                    results.append(_scan_shard(scanner, url, recorder))
-                    if bar is not None:
-                        bar.advance(1, extra=len(results[-1].records))
-        else:
-            ctx = mp.get_context("spawn")
-            with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=ctx) as pool:
-                futures: list[Future[list[_ShardResult]]] = [
-                    pool.submit(_scan_chunk, c, config, counter) for c in chunks
-                ]
-                for f in futures:  # in order: a chunk's shards are counted when it is done
-                    got = f.result()
-                    results.extend(got)
-                    if bar is not None:
-                        bar.advance(len(got), extra=sum(len(r.records) for r in got))
+        results = _merge_pieces(pieces, _scan_all(pieces, config, counter, recorder, workers, bar))
     except BaseException:
         if bar is not None:
             bar.__exit__(*sys.exc_info())
@@ -272,6 +562,10 @@ def build_index(
                 f"No index was written at {out}.", urls, [s for r in results for s in r.skipped]
             )
         )
+    if recorder is not None and store_tokens is None:
+        stored = [r.token_ids for r in results]
+        if any(t is None for t in stored) or not any(len(t[0]) for t in stored):
+            recorder = None  # count-only counter, or nothing the loader would tokenize
 
     def rel(url: str) -> str:
         if not is_seekable(url):
@@ -299,6 +593,8 @@ def build_index(
         ],
         skipped=[s for r in results for s in r.skipped],
         fcp_version=__version__,
+        tokenizer_file=tokenizer_file,
+        skipped_files=not_data,
     )
     _write(out, header, results, recorder)
     # the commands were this caller's own arguments: the index it gets back may run them

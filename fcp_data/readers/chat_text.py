@@ -36,8 +36,8 @@ CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 
 class ChatNotStorableError(ConfigError):
-    """A chat sample met `--store-tokens`: the store keeps ids, not the chat's loss targets, so
-    a loader reading it would train on every token; the build stops instead of skipping."""
+    """Kept for callers that catch it; no longer raised: a token store now leaves chats out
+    (an empty span), and the loader renders them and their loss targets from the sample."""
 
 
 def check_loss_roles(roles: Any) -> tuple[str, ...]:

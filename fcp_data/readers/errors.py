@@ -27,6 +27,7 @@ __all__ = [
     "ErrorPolicy",
     "FailureLog",
     "SampleError",
+    "SkippedFile",
     "SkippedSample",
     "TooManyFailures",
 ]
@@ -90,6 +91,14 @@ class CompressedShardError(DataError):
 class SkippedSample(msgspec.Struct, frozen=True, array_like=True):
     shard: str
     key: str
+    reason: str
+
+
+class SkippedFile(msgspec.Struct, frozen=True, array_like=True):
+    """A file inside a data directory that is not data (a tokenizer.json, a README, a config):
+    left out of the index and counted in its header, where it used to stop the build."""
+
+    path: str
     reason: str
 
 

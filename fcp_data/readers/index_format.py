@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from ..errors import IndexMismatchError, StaleIndexError
-from .errors import SkippedSample
+from .errors import SkippedFile, SkippedSample
 from .scan import ScanConfig
 
 __all__ = [
@@ -94,10 +94,15 @@ class IndexHeader(msgspec.Struct, frozen=True, kw_only=True):
     num_samples: int
     scan: ScanConfig
     rule: dict[str, Any]  # the rule's settings(): name and every constant that changes a count
-    tokenizer: str  # the counter's spec, e.g. "bytes:4" or "hf:tokenizer.json"
+    tokenizer: str  # the counter's spec, e.g. "bytes:4" or "hf:sha256=..."
     shards: list[ShardEntry]
     skipped: list[SkippedSample]
     fcp_version: str = ""
+    # the absolute path of the tokenizer file that counted (""; not part of its identity):
+    # what a mismatch names beside the hashes
+    tokenizer_file: str = ""
+    # files inside data directories that are not data (a tokenizer.json, a README): skipped
+    skipped_files: list[SkippedFile] = []
 
 
 def index_fingerprint(header: IndexHeader) -> str:

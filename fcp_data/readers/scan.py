@@ -206,6 +206,7 @@ class Scanner:
             )
         )
         self._prober: Prober | None = None
+        self.cursor: Any = None  # the sample iterable of the shard being scanned (`scan`)
         self._limits = _column_limits()
         check_scan_config(config)
 
@@ -220,23 +221,28 @@ class Scanner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def scan(self, url: str) -> Iterator[SampleRecord]:
-        """Records of one shard in order; bad samples go through the failure policy."""
+    def scan(self, url: str, span: tuple[int, int] | None = None) -> Iterator[SampleRecord]:
+        """Records of one shard in order; bad samples go through the failure policy.
+
+        `span`: one piece of a big file split across index workers (a .jsonl's byte range, a
+        .parquet's row groups, a megatron .bin's documents). While it runs, `self.cursor` is
+        the format's sample iterable when it reports progress itself (`done_fraction()`) and
+        None when a record's member offsets do."""
         from .chat_text import ChatNotStorableError
         from .sources import PAYLOAD_FORMATS, format_of, iter_source_samples
 
         c = self.config
         fmt = format_of(url)
+        self.cursor = None
         if fmt == "megatron":
-            yield from self._scan_megatron(url)
+            yield from self._scan_megatron(url, span)
             return
-        raws = (
-            iter_raw_samples(
+        if fmt == "tar":
+            raws: Any = iter_raw_samples(
                 url, _load_ext, timeout_s=c.stream_timeout_s, max_bytes=c.stream_max_bytes
             )
-            if fmt == "tar"
-            else iter_source_samples(url, fmt, c)
-        )
+        else:
+            raws = self.cursor = iter_source_samples(url, fmt, c, span)
         keep = fmt in PAYLOAD_FORMATS  # offsets are rows or decompressed: keep the bytes
         for raw in raws:
             if isinstance(raw, BadMember):
@@ -255,14 +261,15 @@ class Scanner:
             self.log.ok()
             yield record
 
-    def _scan_megatron(self, url: str) -> Iterator[SampleRecord]:
+    def _scan_megatron(self, url: str, span: tuple[int, int] | None) -> Iterator[SampleRecord]:
         """A record per document of a megatron .bin, lengths from its .idx (no tokenizer)."""
         from .sources.megatron import iter_documents, read_idx_file
 
         c = self.config
         index = read_idx_file(url, timeout_s=c.stream_timeout_s)
         dtype, item = index.dtype.name, index.dtype.itemsize
-        for key, off, n, raw in iter_documents(url, timeout_s=c.stream_timeout_s, index=index):
+        docs = iter_documents(url, timeout_s=c.stream_timeout_s, index=index, span=span)
+        for key, off, n, raw in docs:
             if n == 0:
                 self.log.fail(url, key, "empty document (0 tokens)")
                 continue
@@ -399,14 +406,12 @@ class Scanner:
             from ..vision import is_chat
 
             if is_chat(text):  # a conversation: ChatML-rendered, counted piece by piece
-                from .chat_text import ChatNotStorableError, count_text_chat
+                from .chat_text import count_text_chat
 
-                if hasattr(self.counter, "take"):  # a TokenRecorder: --store-tokens
-                    raise ChatNotStorableError(
-                        f"sample {raw.key!r} is a chat: a token store holds ids without the "
-                        "chat's loss targets; index chat samples without --store-tokens"
-                    )
                 n = count_text_chat(text, self.counter)
+                leave_out = getattr(self.counter, "leave_out", None)
+                if leave_out is not None:  # a TokenRecorder: the store holds no chat (its
+                    leave_out()  # loss targets come from the turns, rendered by the loader)
             elif not isinstance(text, str):
                 raise ValueError(
                     f".json has no string field {c.text_field!r} (fields: "

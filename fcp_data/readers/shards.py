@@ -21,9 +21,9 @@ import msgspec
 
 from ..errors import ConfigError
 from .byte_source import is_stream, open_source
-from .errors import CompressedShardError
+from .errors import CompressedShardError, SkippedFile
 from .remote import is_remote, remote_fingerprint
-from .sources import check_remote, expand_local, format_of
+from .sources import check_remote, expand_local, format_of, megatron_prefix
 from .tar_blocks import TarDamage, TarMember, compression_of, walk_tar
 
 __all__ = [
@@ -73,8 +73,13 @@ def is_seekable(url: str) -> bool:
     return not is_stream(url) and not is_remote(url)
 
 
-def expand_shards(specs: Sequence[str] | str) -> list[str]:
-    """Shard URLs from specs, in order, duplicates removed; a spec matching nothing raises."""
+def expand_shards(
+    specs: Sequence[str] | str, *, skipped: list[SkippedFile] | None = None
+) -> list[str]:
+    """Shard URLs from specs, in order, duplicates removed; a spec matching nothing raises.
+
+    A megatron prefix (`corpus_text_document`, as megatron's `--data-path` names a dataset)
+    is its `.bin`; files inside a directory that are not data are appended to `skipped`."""
     try:
         from braceexpand import braceexpand
     except ImportError:  # webdataset always brings it; this keeps a broken env working
@@ -99,13 +104,17 @@ def expand_shards(specs: Sequence[str] | str) -> list[str]:
                 urls.append(url)  # braces expand inside commands too, as in webdataset
             elif glob.has_magic(url):
                 for path in sorted(glob.glob(url)):
-                    urls.extend(_local(as_local_path(path)))
-            elif os.path.exists(url):
-                urls.extend(_local(as_local_path(url)))
+                    urls.extend(_local(as_local_path(path), skipped))
+            elif os.path.exists(url) or megatron_prefix(url):
+                urls.extend(_local(as_local_path(url), skipped))
             else:
-                raise FileNotFoundError(
-                    f"shard {url!r} (from spec {spec!r}) does not exist; check the path or pattern"
+                half = next((url + e for e in (".bin", ".idx") if os.path.isfile(url + e)), "")
+                hint = (
+                    f"; {half} exists but a megatron dataset needs both PREFIX.bin and PREFIX.idx"
+                    if half
+                    else "; check the path or pattern"
                 )
+                raise FileNotFoundError(f"shard {url!r} (from spec {spec!r}) does not exist{hint}")
         if not urls:
             raise FileNotFoundError(f"shard spec {spec!r} matched no files")
         out.extend(urls)
@@ -124,10 +133,10 @@ def as_local_path(path: str) -> str:
     return path
 
 
-def _local(path: str) -> list[str]:
+def _local(path: str, skipped: list[SkippedFile] | None = None) -> list[str]:
     """The shards of a local path: a file, or a directory's files (`sources.expand_local`:
     JSONL, Parquet, HF save_to_disk, megatron pairs, tars); an unreadable file raises."""
-    out = [as_local_path(p) for p in expand_local(path)]
+    out = [as_local_path(p) for p in expand_local(path, skipped)]
     for p in out:
         if format_of(p) == "tar":
             _refuse_compressed(p)

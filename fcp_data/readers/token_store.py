@@ -13,12 +13,16 @@ array plus offsets). Files beside the length index:
                         fingerprint, a blake2b of every 4 MiB chunk of tokens.bin, and a digest
                         of the header itself
 
-Only text samples (modality 0) have ids here; media samples have an empty span and the loader
-encodes them as before. Opening checks the store against its index (tokenizer, sample count,
-file size, every length, the index fingerprint: a store copied from another index whose lengths
-happen to agree is refused) and refuses a mismatch with `TokenStoreMismatchError` naming the
-file. An edited tokens.json (a dtype changed by hand reads garbage) fails its own digest; a
-dtype that is not the one the build chose, or ids past the recorded vocabulary, are refused.
+`fcp index --tokenizer FILE` writes a store by default (`--no-store` turns it off; a `bytes:R`
+estimate gets none, the loader computes those ids itself). Only text samples the loader would
+tokenize have ids here; media samples, text chats (their loss targets come from the turns) and,
+unless `--store-tokens` asks for them, pre-tokenized `.npy` ids (a megatron `.bin` is not copied)
+have an empty span and the loader encodes them as without a store. Opening checks the store
+against its index (tokenizer, sample count, file size, every length, the index fingerprint: a
+store copied from another index whose lengths happen to agree is refused) and refuses a
+mismatch with `TokenStoreMismatchError` naming the file. An edited tokens.json (a dtype changed
+by hand reads garbage) fails its own digest; a dtype that is not the one the build chose, or ids
+past the recorded vocabulary, are refused.
 
 Content: tokens.bin is hashed in 4 MiB chunks at build time (blake2b, ~1 GB/s); each chunk is
 verified the first time a process touches it (`verify_span`, from `tokens` and `ids`), so a
@@ -59,6 +63,7 @@ __all__ = [
     "lengths_digest",
     "narrowest_dtype",
     "pack_ids",
+    "storable",
     "vocab_size_of",
     "write_store",
 ]
@@ -153,14 +158,27 @@ def lengths_digest(lengths: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(lengths, dtype="<i8").tobytes()).hexdigest()[:32]
 
 
+def storable(counter: Any) -> bool:
+    """True when `counter` tokenizes (a tokenizer file, `py:` ids) rather than estimates: what
+    `fcp index` writes a token store for by default."""
+    return not isinstance(counter, RatioCounter) and getattr(counter, "fn", None) is not None
+
+
 class TokenRecorder(TokenCounter):
     """A counter that keeps the ids of the last text it counted (index-time capture).
 
     The scanner counts each text sample exactly once, so the ids of the record it yields next
     are `last`; `take` hands them over and clears them so a stale capture cannot be reused.
+
+    Chats are left out of the store (an empty span: the loader renders them and their loss
+    targets from the sample, as without a store), and so are `.npy` ids unless `keep_npy`
+    (the loader reads those without tokenizing, and a megatron `.bin` would be copied whole).
+    `required=False` is the default store of `fcp index --tokenizer`: a `py:` counter that
+    returns counts, not ids, then marks the recorder `unusable` (no store is written) instead
+    of stopping the build.
     """
 
-    def __init__(self, counter: TokenCounter) -> None:
+    def __init__(self, counter: TokenCounter, *, required: bool = True, keep_npy: bool = True):
         fn = getattr(counter, "fn", None)
         if isinstance(counter, RatioCounter) or fn is None:
             raise ConfigError(
@@ -168,21 +186,42 @@ class TokenRecorder(TokenCounter):
                 "no ids); index with --tokenizer PATH/tokenizer.json or py:module:callable"
             )
         self.fn, self.spec = fn, counter.spec
+        self.required, self.keep_npy = required, keep_npy
         self.last: np.ndarray | None = None
+        self.unusable = False  # a count-only counter under required=False
+        self._left_out = False
 
     def count(self, text: str) -> int:
-        ids = self.fn(text)
-        if isinstance(ids, (int, np.integer)):
+        out = self.fn(text)
+        ids = None
+        if not isinstance(out, (int, np.integer)):
+            try:
+                ids = np.asarray(out, dtype=np.int64)
+            except (TypeError, ValueError):  # words, say: str.split as a counter
+                ids = None
+        if ids is None or ids.ndim != 1:
+            if not self.required:  # the default store: this counter has no ids to keep
+                self.unusable = True
+                return int(out) if isinstance(out, (int, np.integer)) else len(out)
             raise ConfigError(
-                f"the tokenizer {self.spec!r} returns a count, not ids; --store-tokens needs "
-                "a callable str -> token ids"
+                f"the tokenizer {self.spec!r} returns {type(out).__name__}, not token ids; "
+                "--store-tokens needs a callable str -> token ids"
             )
-        self.last = np.asarray(ids, dtype=np.int64)
-        return int(self.last.shape[0])
+        self.last = ids
+        return int(ids.shape[0])
+
+    def leave_out(self) -> None:
+        """The sample just counted (a chat) gets an empty span in the store."""
+        self.last, self._left_out = None, True
 
     def take(self, record: Any) -> np.ndarray:
-        """Ids of a just-scanned record: the captured text ids, .npy ids, or none for media."""
-        if record.modality != Modality.TEXT:
+        """Ids of a just-scanned record: the captured text ids, .npy ids (with `keep_npy`), or
+        none for media, chats and a count-only counter."""
+        left_out, self._left_out = self._left_out, False
+        if record.modality != Modality.TEXT or left_out or self.unusable:
+            self.last = None
+            return np.zeros(0, dtype=np.int64)
+        if "npy" in record.members and not self.keep_npy:
             return np.zeros(0, dtype=np.int64)
         if "npy" in record.members:
             raw = record.fetch(["npy"])["npy"]
@@ -394,8 +433,14 @@ class TokenStore:
         text = np.asarray(index.modality) == Modality.TEXT
         want = np.where(text, np.asarray(index.text_tokens, dtype=np.int64), 0)
         have = np.diff(np.asarray(self.offsets))
-        if lengths_digest(have) != h.lengths_sha256 or not np.array_equal(have, want):
-            bad = np.flatnonzero(have != want) if have.shape == want.shape else np.arange(1)
+        # an empty span is a sample the store leaves to the loader (a chat, .npy ids)
+        fits = have.shape == want.shape and bool(np.all((have == want) | (have == 0)))
+        if lengths_digest(have) != h.lengths_sha256 or not fits:
+            bad = (
+                np.flatnonzero((have != want) & (have != 0))
+                if have.shape == want.shape
+                else np.arange(1)
+            )
             i = int(bad[0]) if bad.size else 0
             raise TokenStoreMismatchError(
                 f"{self.path / OFFSETS_NAME}: sample {i} has "

@@ -40,6 +40,7 @@ def test_index_options_frozen() -> None:
         "--stream-max-bytes",
         "--workers",
         "--store-tokens",
+        "--no-store",
     }
 
 

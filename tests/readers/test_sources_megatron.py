@@ -159,3 +159,81 @@ def test_remote_bin_is_read_by_document_ranges(root: Path) -> None:
         got = np.load(io.BytesIO(index.read(5)["npy"]))
         np.testing.assert_array_equal(got, docs[5])
         assert [m for m, _, rng in srv.requests if rng] == ["GET"]  # one range, one document
+
+
+def test_a_dataset_is_found_by_its_prefix_as_megatron_names_it(root: Path, capsys) -> None:
+    """`--data-path corpus_text_document` names the pair by its prefix; was "does not exist"."""
+    from fcp_data.cli import main
+    from fcp_data.readers import ScannedSource
+
+    docs = _docs(20, seed=6)
+    prefix = root / "named" / "corpus_text_document"
+    prefix.parent.mkdir()
+    _write(prefix, docs)
+    assert main(["index", str(prefix), "-o", str(root / "i-prefix")]) == 0
+    index = LengthIndex.open(root / "i-prefix")
+    assert index.shard_urls == [str(prefix) + ".bin"]
+    ds = indexed.IndexedDataset(str(prefix))  # megatron-core opens the same prefix
+    np.testing.assert_array_equal(index.text_tokens, ds.sequence_lengths)
+    scanned = ScannedSource.scan(str(prefix))  # what FCPDataLoader("...document") scans
+    np.testing.assert_array_equal(np.load(io.BytesIO(scanned.read(7)["npy"])), ds[7])
+    # a tokenizer given for blending writes no default token store: the .bin is not copied
+    argv = ["index", str(prefix), "-o", str(root / "i-tok"), "--tokenizer", "py:shlex:split"]
+    assert main(argv) == 0
+    assert not (root / "i-tok" / "tokens.json").exists()
+    (root / "half").mkdir()
+    shutil.copy(f"{prefix}.bin", root / "half" / "c.bin")  # no .idx beside it: named
+    assert main(["index", str(root / "half" / "c"), "-o", str(root / "i-half")]) == 2
+    assert "c.bin exists but a megatron dataset needs both" in capsys.readouterr().err
+
+
+def test_keys_count_from_one_as_json_lines_lines_do(root: Path) -> None:
+    """ "doc N" is megatron's IndexedDataset[N - 1], like "line N" of JSON Lines (was "doc 0")."""
+    docs = _docs(6, seed=8)
+    index = build_index(_write(root / "keys", docs), root / "i-keys")
+    assert list(index.keys) == [f"doc {n}" for n in range(1, 7)]
+    assert index.header.shards[0].meta["key_base"] == 1
+    ds = indexed.IndexedDataset(str(root / "keys"))
+    np.testing.assert_array_equal(np.load(io.BytesIO(index.read(2)["npy"])), ds[2])  # "doc 3"
+
+
+def test_one_bin_is_split_across_workers_into_the_same_index(root: Path, monkeypatch) -> None:
+    """Was: one pair was one shard, so `--workers` ran it on one process. Pieces of documents,
+    merged in order, give the index a single process writes, byte for byte."""
+    from fcp_data.readers import build
+
+    docs = _docs(300, seed=12)
+    url = _write(root / "big", docs)
+    monkeypatch.setattr(build, "MIN_PIECE_BYTES", 4096)
+    pieces = build._pieces([url], 2)
+    assert len(pieces) >= 4 and all(p.span is not None for p in pieces)  # really split
+    assert [p.span[0] for p in pieces][1:] == [p.span[1] for p in pieces][:-1]  # doc runs tile
+    one = build_index(url, root / "i-one")
+    two = build_index(url, root / "i-two", workers=2)
+    for name in ("keys", "seqlens", "member_offset", "member_size", "member_crc32"):
+        np.testing.assert_array_equal(
+            np.load(one.path / f"{name}.npy"), np.load(two.path / f"{name}.npy"), err_msg=name
+        )
+    assert (one.path / "header.json").read_bytes() == (two.path / "header.json").read_bytes()
+    ds = indexed.IndexedDataset(str(root / "big"))
+    for i in (0, 149, 299):
+        np.testing.assert_array_equal(np.load(io.BytesIO(two.read(i)["npy"])), ds[i])
+
+
+def test_a_plain_index_of_real_vocabulary_ids_loads_without_a_tokenizer(root: Path) -> None:
+    """The default index (bytes:4) gives the loader its stand-in tokenizer for text; ids read
+    from a .bin are another tokenizer's, up to its vocabulary, and must not be checked against
+    the stand-in's 500 ids."""
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(600, 50_000, size=int(k)).astype(np.int64) for k in (5, 90, 300, 41)]
+    url = _write(root / "vocab", docs, dtype=np.int32)
+    index = build_index(url, root / "i-vocab")
+    assert index.header.tokenizer == "bytes:4"
+    got = {}
+    for mb in make_loader(index, None, n=1, gbs=4):
+        cu, at = mb.cu_seqlens.tolist(), mb.local_cu_seqlens_padded.tolist()
+        for k, sid in enumerate(mb.sample_ids):  # one replica: every sequence whole
+            got[sid] = mb.tokens[at[k] : at[k] + cu[k + 1] - cu[k]].numpy()
+    assert len(got) == 4
+    for sid, ids in got.items():
+        np.testing.assert_array_equal(ids[:-1], docs[sid])  # then one EOD

@@ -98,9 +98,11 @@ def test_text_counters() -> None:
     c = CallableCounter(lambda s: list(range(len(s.split()))))
     assert c("a b c") == 3
     assert load_counter("py:shlex:split")("x y") == 2
-    for bad in ("bytes:x", "what:ever", "py:nosuchmodule:f"):
+    for bad in ("bytes:x", "py:nosuchmodule:f"):
         with pytest.raises(ValueError, match="tokenizer spec"):
             load_counter(bad)
+    with pytest.raises(ValueError, match="tokenizer file 'what:ever' does not exist"):
+        load_counter("what:ever")  # neither bytes:, py: nor hf:: a file that is not there
     with pytest.raises(ValueError, match="> 0"):
         RatioCounter(0)
     assert calibrate_ratio(["ab cd", "efgh"], str.split) == pytest.approx(9 / 3)

@@ -129,19 +129,34 @@ def test_bad_chat_samples_are_named(root: Path, bpe: str) -> None:
         )
 
 
-def test_chat_samples_refuse_a_token_store(root: Path, bpe: str) -> None:
-    """A store keeps ids, not loss targets: a loader reading it would train on every token."""
-    from fcp_data.readers.chat_text import ChatNotStorableError
+@pytest.mark.parametrize("store", [None, True])
+def test_a_token_store_leaves_chats_to_the_loader(root: Path, bpe: str, store) -> None:
+    """A store keeps ids, not loss targets: chats get an empty span (the loader renders them
+    and their targets from the turns), plain text lines beside them are stored, and the
+    micro-batches (loss masks and global loss counts included) equal the store-less ones.
+    Both the default store (None) and --store-tokens (True): the latter used to refuse."""
+    from fcp_data.readers import TokenStore
 
-    path = root / "store.jsonl"
-    path.write_text(json.dumps({"messages": CHATS[0]}) + "\n")
-    with pytest.raises(ChatNotStorableError, match="without --store-tokens"):
-        build_index(
-            str(path),
-            root / "i-store",
-            config=ScanConfig(tokenizer=bpe, **CONFIG),
-            store_tokens=True,
-        )
+    path = root / f"mixed-{store}.jsonl"
+    rows = [{"messages": c} for c in CHATS[:8]] + [
+        {"messages": f"plain {i} " * 9} for i in range(8)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index = build_index(
+        str(path), root / f"i-store-{store}", config=ScanConfig(tokenizer=bpe, **CONFIG),
+        store_tokens=store,
+    )  # fmt: skip
+    held = TokenStore.open(index.path, index=index)
+    assert [held.has(i) for i in range(len(index))] == [False] * 8 + [True] * 8
+    with_store = make_loader(index, bpe, n=2)
+    assert with_store._builder.encoder.store is not None  # really read from the store
+    for r in range(2):
+        a = epoch_fields(make_loader(index, bpe, n=2, replica=r))
+        b = epoch_fields(make_loader(index, bpe, n=2, replica=r, token_store=False))
+        assert_same_batches(a, b)
+    counts = [[mb.global_num_loss_tokens for mb in make_loader(index, bpe, n=2, token_store=s)]
+              for s in (True, False)]  # fmt: skip
+    assert counts[0] == counts[1]
 
 
 @pytest.mark.parametrize("roles", [("assistant",), ("assistant", "tool"), ("user",)])
@@ -176,3 +191,24 @@ def test_a_chat_from_a_source_without_a_member_table_is_refused(root: Path, bpe:
     scanned = ScannedSource.scan(str(path), config=ScanConfig(tokenizer=bpe, **CONFIG))
     with pytest.raises(ConfigError, match="without a member table"):
         list(make_loader(scanned, bpe, n=1, gbs=4))
+
+
+def test_the_chat_loss_covers_the_final_eod_and_the_docs_say_so(root: Path, bpe: str) -> None:
+    """The last turn's `<|im_end|>\\n` predicts EOD with loss, even when a user turn ends the
+    chat; docs/formats.md said only "the loss-role turns" (now it names the final EOD)."""
+    path = root / "eod.jsonl"
+    ends_with_user = [*CHATS[1], {"role": "user", "content": "Thanks."}]
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in (CHATS[0], ends_with_user)))
+    index = build_index(str(path), root / "i-eod", config=ScanConfig(tokenizer=bpe, **CONFIG))
+    seen = 0
+    for mb in make_loader(index, bpe, n=1, gbs=2):
+        cu, at = mb.cu_seqlens.tolist(), mb.local_cu_seqlens_padded.tolist()
+        for k in range(len(mb.sample_ids)):  # one replica: every sequence whole, padded apart
+            last = at[k] + cu[k + 1] - cu[k] - 2  # the token before EOD: its label is EOD
+            assert int(mb.labels[last]) == EOD and float(mb.loss_mask[last]) == 1.0
+            # before it: the assistant's `<|im_end|>\n` is trained on, the user's is not
+            assert float(mb.loss_mask[last - 1]) == (1.0 if mb.sample_ids[k] == 0 else 0.0)
+            seen += 1
+    assert seen == 2
+    docs = (Path(__file__).parents[2] / "docs" / "formats.md").read_text()
+    assert "plus the end-of-document id(s) after the last turn, whatever its role" in docs

@@ -1,5 +1,9 @@
 """Sources other than WebDataset tars: JSON Lines, Parquet, HF `save_to_disk`, megatron.
 
+Keys count from 1 in every format ("line 1", "row 1", "doc 1"), as an editor, `nl` and SQL's
+row_number() do; indexes written before rows and documents did (their shard entries lack
+`meta["key_base"]`) named them from 0 and read as they are.
+
 * `.jsonl` / `.ndjson`: a sample per non-blank line ("line N"), member `json` (the line's
   bytes), read by pread; remote: yes (a line is a byte range).
 * `.jsonl.gz` / `.jsonl.zst`: the same at offsets in the decompressed stream, read from a
@@ -17,7 +21,7 @@ same records as a tar's, so the length index, the loader, resume and blending tr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from ...errors import ConfigError
@@ -32,6 +36,7 @@ from .detect import (
     format_of,
     hf_data_files,
     megatron_idx,
+    megatron_prefix,
 )
 
 __all__ = [
@@ -46,6 +51,7 @@ __all__ = [
     "hf_data_files",
     "iter_source_samples",
     "megatron_idx",
+    "megatron_prefix",
     "present",
     "read_rows",
     "source_meta",
@@ -68,18 +74,26 @@ def check_remote(url: str) -> None:
         )
 
 
-def iter_source_samples(url: str, fmt: str, config: Any) -> Iterator[Any]:
-    """RawSample / BadMember of a JSON Lines, Parquet or Arrow shard (a ScanConfig drives it)."""
+def iter_source_samples(
+    url: str, fmt: str, config: Any, span: tuple[int, int] | None = None
+) -> Iterable[Any]:
+    """RawSample / BadMember of a JSON Lines, Parquet or Arrow shard (a ScanConfig drives it);
+    `span`: a piece of one file (byte range of a .jsonl, row groups of a .parquet). The
+    iterable has `lines` (lines or rows seen) and `done_fraction()` (progress inside it)."""
     if fmt.startswith("jsonl"):
         from .jsonl import iter_jsonl
 
         return iter_jsonl(
-            url, fmt, timeout_s=config.stream_timeout_s, max_bytes=config.stream_max_bytes
+            url,
+            fmt,
+            timeout_s=config.stream_timeout_s,
+            max_bytes=config.stream_max_bytes,
+            span=span,
         )
     if fmt in ("parquet", "arrow"):
         from .tables import iter_table
 
-        return iter_table(url, fmt, config.text_field)
+        return iter_table(url, fmt, config.text_field, span)
     raise ValueError(f"{url}: format {fmt!r} has no sample iterator")
 
 

@@ -8,6 +8,13 @@ a megatron indexed dataset (the `.bin` is the shard, the `.idx` beside it its le
 file whose name says nothing is read for 512 bytes at expansion: a tar header keeps it, anything
 else is refused naming the file and the formats fcp reads (it used to be indexed as an empty tar
 with exit status 0).
+
+Inside a directory, files that are not data (a tokenizer.json, tokenizer_config.json, a README,
+a config.yaml, a vocab.txt) are skipped and counted (`SkippedFile`, recorded in the index
+header and printed by `fcp index`): a model folder often holds its data beside its tokenizer,
+and a tokenizer.json there used to stop indexing with "name it *.jsonl". Data under a wrong
+name is still refused by name (Parquet, Arrow or megatron magic bytes, or JSON Lines content:
+two JSON objects on two lines), since skipping it would silently shrink the corpus.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import os
 from pathlib import Path
 
 from ...errors import ConfigError
+from ..errors import SkippedFile
 from ..tar_blocks import compression_of
 
 __all__ = [
@@ -29,6 +37,7 @@ __all__ = [
     "format_of",
     "hf_data_files",
     "megatron_idx",
+    "megatron_prefix",
 ]
 
 FORMATS = ("tar", "jsonl", "jsonl.gz", "jsonl.zst", "parquet", "arrow", "megatron")
@@ -169,16 +178,64 @@ def _dataset_dict(root: Path) -> None:
 
 
 def _skippable(name: str) -> bool:
+    """Skipped by name alone, never counted: dot files and a HF dataset's own metadata."""
     low = name.lower()
-    return (
-        low.startswith(".")
-        or low.split(".", 1)[0] in _NOT_DATA
-        or low.endswith(_NOT_DATA_EXT)
-        or low in ("dataset_info.json", "state.json", "dataset_dict.json")
-    )
+    return low.startswith(".") or low in ("dataset_info.json", "state.json", "dataset_dict.json")
 
 
-def _walk(root: Path, out: list[str]) -> None:
+def _not_data_by_name(name: str) -> str:
+    """Why a file is not data by its name alone ("" when the name does not say)."""
+    low = name.lower()
+    if low.split(".", 1)[0] in _NOT_DATA:
+        return "a README/LICENSE-style file"
+    if low.endswith(_NOT_DATA_EXT):
+        return f"a {low.rsplit('.', 1)[-1]} file (documentation, config or code)"
+    return ""
+
+
+def _json_lines(path: str) -> bool:
+    """True when the first two non-blank lines of `path` (within 64 KiB) are JSON objects: JSON
+    Lines under another name. A pretty-printed or one-line JSON document (tokenizer.json,
+    config.json) is not."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip()][:2]  # whole lines only
+    if len(lines) < 2:
+        return False
+    try:
+        return all(isinstance(json.loads(ln), dict) for ln in lines)
+    except ValueError:
+        return False
+
+
+def _in_directory(path: str) -> tuple[str, str]:
+    """(shard, "") for a data file found inside a directory, or ("", why it is not data).
+
+    Raises for data fcp could read under another name (Parquet / Arrow / megatron magic, JSON
+    Lines content), for a megatron half without its pair and for a compressed tar."""
+    name = os.path.basename(path)
+    why = _not_data_by_name(name)
+    if why:
+        return "", why
+    fmt = format_of(path)
+    if fmt != "tar" or _name(path).endswith(".tar") or not os.path.isfile(path):
+        return _check_file(path), ""
+    kind = _sniff(path)
+    if kind == "tar":
+        return path, ""
+    if kind.startswith("JSON Lines"):
+        if _json_lines(path):
+            raise _refuse(path, kind)
+        return "", "JSON, not JSON Lines: a config or tokenizer file"
+    if "name it" in kind:  # Parquet, Arrow, a megatron .idx: data under a wrong name
+        raise _refuse(path, kind)
+    return "", "not a format fcp reads (not a tar, JSON Lines, Parquet, Arrow or megatron)"
+
+
+def _walk(root: Path, out: list[str], skipped: list[SkippedFile]) -> None:
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
         path = Path(entry.path)
         if entry.is_dir():
@@ -189,9 +246,13 @@ def _walk(root: Path, out: list[str]) -> None:
                 out.extend(files)
             else:
                 _dataset_dict(path)
-                _walk(path, out)
+                _walk(path, out, skipped)
         elif not _skippable(entry.name):
-            out.append(_check_file(str(path)))
+            shard, why = _in_directory(str(path))
+            if shard:
+                out.append(shard)
+            else:
+                skipped.append(SkippedFile(str(path), why))
 
 
 def _check_file(path: str) -> str:
@@ -212,11 +273,24 @@ def _check_file(path: str) -> str:
     return path
 
 
-def expand_local(path: str) -> list[str]:
-    """The shards of a local path: a file (checked), a HF save_to_disk directory (its data
-    files), or any other directory (its files, recursively, sorted by name; README/LICENSE,
-    *.md, *.yaml and dot files skipped). Raises UnreadableSourceError for a file fcp cannot
-    read and ConfigError for a directory holding no shard."""
+def megatron_prefix(path: str) -> str:
+    """`path` + ".bin" when `path` is a megatron prefix (as `--data-path corpus_text_document`
+    names a dataset) with both PREFIX.bin and PREFIX.idx beside it, else ""."""
+    if os.path.exists(path) or not path or path.endswith(("/", os.sep)):
+        return ""
+    bin_path, idx_path = path + ".bin", path + ".idx"
+    return bin_path if os.path.isfile(bin_path) and os.path.isfile(idx_path) else ""
+
+
+def expand_local(path: str, skipped: list[SkippedFile] | None = None) -> list[str]:
+    """The shards of a local path: a file (checked), a megatron prefix (its .bin), a HF
+    save_to_disk directory (its data files), or any other directory (its files, recursively,
+    sorted by name; dot files skipped, files that are not data appended to `skipped`). Raises
+    UnreadableSourceError for a file fcp cannot read and ConfigError for a directory holding
+    no shard."""
+    prefix = megatron_prefix(path)
+    if prefix:
+        return [prefix]
     if not os.path.isdir(path):
         return [_check_file(path)]
     root = Path(path)
@@ -225,7 +299,15 @@ def expand_local(path: str) -> list[str]:
         return files
     _dataset_dict(root)
     out: list[str] = []
-    _walk(root, out)
+    left: list[SkippedFile] = []
+    _walk(root, out, left)
     if not out:
-        raise ConfigError(f"directory {path} holds no file to index; fcp reads {READABLE}")
+        shown = "; ".join(f"{f.path}: {f.reason}" for f in left[:3])
+        raise ConfigError(
+            f"directory {path} holds no file to index"
+            + (f" ({len(left)} skipped as not data: {shown})" if left else "")
+            + f"; fcp reads {READABLE}"
+        )
+    if skipped is not None:
+        skipped.extend(left)
     return list(dict.fromkeys(out))

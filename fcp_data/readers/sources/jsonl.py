@@ -38,6 +38,7 @@ __all__ = [
     "CompressedCutError",
     "Decompressed",
     "DecompressedTooLong",
+    "JsonlLines",
     "decompressed_copy",
     "iter_jsonl",
     "open_decompressed",
@@ -96,6 +97,13 @@ class Decompressed:
             self._pending = self._obj.unused_data + self._pending
             self._obj = None
         return out
+
+    def raw_position(self) -> int:
+        """Compressed bytes read from the file so far (progress inside a compressed file)."""
+        try:
+            return self._raw.tell() - len(self._pending)
+        except (OSError, ValueError):  # closed
+            return 0
 
     def read(self, _n: int = 0) -> bytes:
         """The next piece of decompressed bytes; b"" at a clean end of the file."""
@@ -171,52 +179,105 @@ def _lines(read: Callable[[int], bytes], max_line: int) -> Iterator[tuple[int, b
         yield base, bytes(buf)
 
 
+class JsonlLines:
+    """The samples of one JSON Lines shard, or of the lines starting in bytes [lo, hi) of a
+    plain local one (a piece of a file split across `fcp index --workers`).
+
+    Iterating yields RawSample / BadMember; afterwards `lines` is how many lines (blank ones
+    included) the span held, so the builder can number the lines of later pieces, and
+    `done_fraction()` says how much of the span has been read, for progress inside a file. A
+    piece starts one byte early: the line that byte ends belongs to the piece before, so
+    every line is read by exactly one piece whatever the cut points.
+    """
+
+    def __init__(
+        self, url: str, fmt: str, *, timeout_s: float, max_bytes: int, span: tuple[int, int] | None
+    ) -> None:
+        self.url, self.fmt, self.timeout_s, self.max_bytes = url, fmt, timeout_s, max_bytes
+        self.lo, self.hi = span if span is not None else (0, -1)
+        if self.lo and fmt != "jsonl":
+            raise ValueError(f"{url}: only plain .jsonl files are read in byte ranges")
+        self.lines = 0
+        self._at = self.lo  # end of the last line read (plain) or compressed bytes consumed
+        self._size = 0
+        self._stream: Decompressed | None = None
+
+    def done_fraction(self) -> float:
+        """Share of the span read so far (compressed bytes for .gz / .zst), 0..1."""
+        if self._stream is not None:
+            tell = self._stream.raw_position()
+            return min(1.0, tell / self._size) if self._size else 0.0
+        end = self.hi if self.hi >= 0 else self._size
+        width = end - self.lo
+        return min(1.0, max(0.0, (self._at - self.lo) / width)) if width > 0 else 1.0
+
+    def __iter__(self) -> Iterator[RawSample | BadMember]:
+        url, fmt, max_bytes = self.url, self.fmt, self.max_bytes
+        base = max(0, self.lo - 1)  # one byte early: is a line starting at lo?
+        with contextlib.suppress(OSError):
+            self._size = os.path.getsize(url) if os.path.isfile(url) else 0
+        if fmt == "jsonl":
+            try:
+                src = open_source(url, timeout_s=self.timeout_s, max_bytes=max_bytes)
+            except OSError as exc:
+                yield BadMember("(shard)", f"cannot open the shard ({exc})")
+                return
+            if base:
+                src.skip(base)
+            read, close = src.read, lambda: src.close(drained=not self.lo and self.hi < 0)
+        else:
+            try:
+                self._stream = open_decompressed(url, fmt, max_bytes)
+            except OSError as exc:
+                yield BadMember("(shard)", f"cannot open the shard ({exc})")
+                return
+            # small reads: a cut or corrupt stream raises at the read that reaches the damage,
+            # so the lines of every whole piece before it are still indexed
+            read, close = self._stream.read, self._stream.close
+        mine = not self.lo  # lines before the first that starts at lo belong to the piece before
+        try:
+            for at, line in _lines(read, max_bytes or 1 << 62):
+                off = base + at
+                if not mine:
+                    mine = True
+                    continue  # the byte before lo ended this line (or it is cut by lo)
+                if 0 <= self.hi <= off:
+                    break  # the next piece's first line
+                self.lines += 1
+                n = self.lines
+                self._at = off + (line if isinstance(line, int) else len(line)) + 1
+                if isinstance(line, int):
+                    yield BadMember(
+                        f"line {n}",
+                        f"the line is {line} bytes or longer, past the {max_bytes}-byte limit "
+                        "of one line (stream_max_bytes, `fcp index --stream-max-bytes`); split "
+                        "it or raise the limit",
+                    )
+                    continue
+                if not line.strip():
+                    continue
+                yield RawSample(
+                    key=f"line {n}", members={"json": (off, len(line))}, payload={"json": line}
+                )
+        except DecompressedTooLong as exc:
+            yield BadMember("(shard)", f"the rest of the file is not read: {exc}")
+        except (OSError, EOFError) as exc:  # a cut .gz / .zst, a corrupt frame: the rest is lost
+            yield BadMember("(shard)", f"the file stops decoding ({type(exc).__name__}: {exc})")
+        finally:
+            status = close()
+        if isinstance(status, str):
+            yield BadMember("(shard)", status)
+
+
 def iter_jsonl(
-    url: str, fmt: str, *, timeout_s: float, max_bytes: int
-) -> Iterator[RawSample | BadMember]:
-    """Samples of one JSON Lines shard: member `json` per non-blank line (blank lines skip).
+    url: str, fmt: str, *, timeout_s: float, max_bytes: int, span: tuple[int, int] | None = None
+) -> JsonlLines:
+    """Samples of one JSON Lines shard: member `json` per non-blank line (blank lines skip),
+    keyed "line N" counted from 1 (as an editor shows it); `span` (lo, hi): only the lines
+    that start in bytes [lo, hi) of a plain local file, numbered from 1 within it.
 
     `max_bytes` bounds a line (any format) and what a compressed file decompresses to."""
-    stream: Decompressed | None = None
-    if fmt == "jsonl":
-        try:
-            src = open_source(url, timeout_s=timeout_s, max_bytes=max_bytes)
-        except OSError as exc:
-            yield BadMember("(shard)", f"cannot open the shard ({exc})")
-            return
-        read, close = src.read, lambda: src.close(drained=True)
-    else:
-        try:
-            stream = open_decompressed(url, fmt, max_bytes)
-        except OSError as exc:
-            yield BadMember("(shard)", f"cannot open the shard ({exc})")
-            return
-        # small reads: a cut or corrupt stream raises at the read that reaches the damage,
-        # so the lines of every whole piece before it are still indexed
-        read, close = stream.read, stream.close
-    try:
-        for n, (off, line) in enumerate(_lines(read, max_bytes or 1 << 62), start=1):
-            if isinstance(line, int):
-                yield BadMember(
-                    f"line {n}",
-                    f"the line is {line} bytes or longer, past the {max_bytes}-byte limit of one "
-                    "line (stream_max_bytes, `fcp index --stream-max-bytes`); split it or raise "
-                    "the limit",
-                )
-                continue
-            if not line.strip():
-                continue
-            yield RawSample(
-                key=f"line {n}", members={"json": (off, len(line))}, payload={"json": line}
-            )
-    except DecompressedTooLong as exc:
-        yield BadMember("(shard)", f"the rest of the file is not read: {exc}")
-    except (OSError, EOFError) as exc:  # a cut .gz / .zst, a corrupt frame: the rest is lost
-        yield BadMember("(shard)", f"the file stops decoding ({type(exc).__name__}: {exc})")
-    finally:
-        status = close()
-    if isinstance(status, str):
-        yield BadMember("(shard)", status)
+    return JsonlLines(url, fmt, timeout_s=timeout_s, max_bytes=max_bytes, span=span)
 
 
 def decompressed_copy(

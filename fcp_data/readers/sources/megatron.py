@@ -164,9 +164,15 @@ def as_npy(raw: bytes, dtype: str) -> bytes:
 
 
 def iter_documents(
-    bin_url: str, *, timeout_s: float, index: MegatronIndex | None = None
+    bin_url: str,
+    *,
+    timeout_s: float,
+    index: MegatronIndex | None = None,
+    span: tuple[int, int] | None = None,
 ) -> Iterator[tuple[str, int, int, bytes | None]]:
-    """(key "doc N", byte offset, tokens, raw ids or None) of every document of a .bin.
+    """(key "doc N", byte offset, tokens, raw ids or None) of every document of a .bin, N
+    counted from 1 (document N is megatron's `IndexedDataset[N - 1]`); `span` (lo, hi): only
+    documents lo..hi-1 (0-based) of a local .bin, a piece split across `fcp index --workers`.
 
     A local .bin is not read here (the index's checksums pread each document once); a remote
     one is streamed once, front to back, so its checksums need no request per document.
@@ -187,10 +193,12 @@ def iter_documents(
                     raise MegatronFormatError(
                         f"{bin_url} ended at byte {off + len(raw)} inside document {d}"
                     )
-                yield f"doc {d}", off, n, raw
+                yield f"doc {d + 1}", off, n, raw
         finally:
             stream.close(drained=True)
         return
     index.check_bin(os.path.getsize(bin_url), bin_url)
+    lo, hi = span if span is not None else (0, len(index))
     for d, off, n in index.spans():
-        yield f"doc {d}", off, n, None
+        if lo <= d < hi:
+            yield f"doc {d + 1}", off, n, None

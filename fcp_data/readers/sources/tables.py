@@ -27,7 +27,7 @@ from ...errors import ConfigError
 from ..optional import require
 from ..shards import BadMember, RawSample
 
-__all__ = ["TableRows", "iter_table"]
+__all__ = ["TableRows", "TableSamples", "iter_table", "row_group_rows"]
 
 
 def _pa(url: str) -> Any:
@@ -82,29 +82,62 @@ def _open(url: str, fmt: str) -> tuple[Any, Any]:
     return table.schema, table
 
 
-def _groups(handle: Any, fmt: str, column: str) -> Iterator[Any]:
-    """The column's chunks in row order: Parquet row groups, or an Arrow table's chunks."""
-    if fmt == "parquet":
-        for g in range(handle.num_row_groups):
-            yield handle.read_row_group(g, columns=[column]).column(0)
-    else:
-        yield handle.column(column)
+def row_group_rows(url: str) -> list[int]:
+    """Rows of each row group of a Parquet file (its footer only): how `fcp index --workers`
+    splits one big file."""
+    pq = require("pyarrow.parquet", f"reading {url} (Parquet)")
+    meta = pq.ParquetFile(url, memory_map=True).metadata
+    return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
 
 
-def iter_table(url: str, fmt: str, column: str) -> Iterator[RawSample | BadMember]:
-    """Samples of one Parquet / Arrow file: a row each, keyed "row N" (0-based)."""
-    schema, handle = _open(url, fmt)
-    kind = _kind(url, schema, column)
-    row = 0
-    for chunk in _groups(handle, fmt, column):
-        for value in chunk.to_pylist():
-            key = f"row {row}"
-            if value is None:
-                yield BadMember(key, f"column {column!r} is null in this row")
-            else:
-                data = _member(kind, column, value)
-                yield RawSample(key=key, members={kind: (row, len(data))}, payload={kind: data})
-            row += 1
+class TableSamples:
+    """The samples of one Parquet / Arrow file, or of Parquet row groups [lo, hi) (a piece of
+    a file split across `fcp index --workers`): a row each, keyed "row N" counted from 1 in the
+    file (as "line N" of JSON Lines and "doc N" of megatron), member offset the 0-based row.
+    `done_fraction()` is the share of the span's rows read, for progress inside a file."""
+
+    def __init__(self, url: str, fmt: str, column: str, span: tuple[int, int] | None) -> None:
+        self.url, self.fmt, self.column = url, fmt, column
+        self.span = span
+        self.lines = 0  # rows seen (the builder's count for a piece; keys need no shift)
+        self._total = 0
+
+    def done_fraction(self) -> float:
+        return min(1.0, self.lines / self._total) if self._total else 0.0
+
+    def __iter__(self) -> Iterator[RawSample | BadMember]:
+        url, fmt, column = self.url, self.fmt, self.column
+        schema, handle = _open(url, fmt)
+        kind = _kind(url, schema, column)
+        if fmt == "parquet":
+            meta = handle.metadata
+            rows = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            lo, hi = self.span if self.span is not None else (0, len(rows))
+            row = sum(rows[:lo])
+            self._total = sum(rows[lo:hi])
+            chunks = (handle.read_row_group(g, columns=[column]).column(0) for g in range(lo, hi))
+        else:
+            if self.span is not None:
+                raise ValueError(f"{url}: only Parquet files are read by row group")
+            row, self._total = 0, handle.num_rows
+            chunks = iter([handle.column(column)])
+        for chunk in chunks:
+            for value in chunk.to_pylist():
+                key = f"row {row + 1}"
+                self.lines += 1
+                if value is None:
+                    yield BadMember(key, f"column {column!r} is null in this row")
+                else:
+                    data = _member(kind, column, value)
+                    yield RawSample(key=key, members={kind: (row, len(data))}, payload={kind: data})
+                row += 1
+
+
+def iter_table(
+    url: str, fmt: str, column: str, span: tuple[int, int] | None = None
+) -> TableSamples:
+    """Samples of one Parquet / Arrow file (see `TableSamples`)."""
+    return TableSamples(url, fmt, column, span)
 
 
 class TableRows:
