@@ -1,8 +1,8 @@
 """Attention's hot path, counted and timed on CPU: this tree against an earlier one, side by side.
 
 Run: .venv/bin/python bench/attention_hot_path.py  (about 2 minutes on 2 CPU cores)
-     .venv/bin/python bench/attention_hot_path.py --quick --baseline-ref ''  (seconds, no baseline)
-Writes bench/results/attention_hot_path.json and prints a table.
+     .venv/bin/python bench/attention_hot_path.py --quick  (seconds: 1/16 sizes, no baseline)
+Writes bench/results/attention_hot_path.json (or -o) and prints a table.
 
 Each side runs in its own process (`--baseline-ref`, default the last commit before the varlen
 path, is checked out into a temporary git worktree and imported from there), alternating, so
@@ -40,8 +40,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "attention_hot_path.json"
+from _common import ROOT, make_parser, out_path, write_json
+
 BASELINE_REF = "4bb56f8"  # the last commit with the per-sequence block path
 
 # the measuring child: runs against whichever fcp_exec is first on sys.path
@@ -231,13 +231,13 @@ def _worktree(ref: str, where: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--baseline-ref", default=BASELINE_REF,
-                    help="git ref of the earlier tree ('' for none)")  # fmt: skip
+                    help="git ref of the earlier tree ('' for none; --quick: none)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per side")
-    ap.add_argument("--quick", action="store_true", help="1/16 sizes, one round (a smoke run)")
-    ap.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
+    if args.quick:
+        args.baseline_ref = ""
     rounds = 1 if args.quick else args.rounds
     short = 410 if not args.quick else 41
     cfg = {"batches": _batches(args.quick), "repeats": 3 if args.quick else 30,
@@ -256,10 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                                 str(sides["baseline"])], capture_output=True)  # fmt: skip
     report = _summarise(results, cfg, args)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1) + "\n")
     _print(report)
-    print(f"wrote {args.output}")
+    write_json(out_path(args, "attention_hot_path"), report, quick=args.quick)
     return 0
 
 
@@ -269,9 +267,7 @@ def _median(rows: list[dict[str, Any]], batch: str, key: str) -> float:
 
 def _summarise(results: dict[str, list[dict[str, Any]]], cfg: dict[str, Any],
                args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
-    out: dict[str, Any] = {"command": " ".join(["python", "bench/attention_hot_path.py",
-                                                *sys.argv[1:]]),
-                           "baseline_ref": args.baseline_ref or None, "quick": args.quick,
+    out: dict[str, Any] = {"baseline_ref": args.baseline_ref or None,
                            "shapes": "meta: H=32 H_kv=8 D=128 bf16; cpu: H=8 H_kv=2 D=64 fp32",
                            "sequences": {k: len(v[0]) for k, v in cfg["batches"].items()},
                            "sides": {}}  # fmt: skip
@@ -312,4 +308,4 @@ def _print(r: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

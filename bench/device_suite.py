@@ -10,8 +10,9 @@ downloads them here into the ignored `bench/.wheels`; the suite installs them in
 `bench/.wheels/site` on first use), and a part whose package is missing is skipped, named.
 
 CI runs the CPU dry path (`--dry-run`, a few seconds of measurement: tiny sizes, gloo) so the
-suite cannot rot. It writes ONE JSON with every figure, the device, torch / CUDA / NCCL /
-flash-attn versions and every skipped part with its reason, and prints a table. Parts:
+suite cannot rot; `--quick` is that dry run on rings of 1 and 2 ranks only. It writes ONE
+JSON with every figure, the device, torch / CUDA / NCCL / flash-attn versions and every skipped
+part with its reason, and prints a table. Parts:
 
 0. hot_path: per-layer attention fwd + bwd of the micro-batches a plan emits (A: 40 short
    sequences at d = 1; B: 4 x 8K at d = 2; C: one 64K at d = 8, per member) against the bare
@@ -43,7 +44,6 @@ import argparse
 import dataclasses
 import datetime
 import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
@@ -54,6 +54,7 @@ import torch
 if importlib.util.find_spec("fcp_exec") is None:  # a bare checkout: import fcp from the tree
     sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
+from _common import make_parser, out_path, write_json
 from _device.common import Budget, device_info, failed, skipped
 from _device.wheels import activate_wheels
 
@@ -63,7 +64,6 @@ from _device.wheels import activate_wheels
 __all__ = ["main"]
 
 SCHEMA = "fcp-device-suite/1"
-RESULTS = Path(__file__).resolve().parent / "results" / "device_suite.json"
 
 
 def _transport(kind: str, count: int, world: int) -> tuple[str, bool, str]:
@@ -146,7 +146,7 @@ def _ring_parts(args: argparse.Namespace, p: dict[str, Any], info: dict[str, Any
 def _p2p_summary(res: dict[str, Any]) -> dict[str, Any]:
     if res.get("status") != "ok":
         return res
-    from fcp_data.profiling import fit_p2p
+    from fcp.profiling import fit_p2p
 
     rows = res["rows"]
     fit = fit_p2p([int(n) for n, _ in rows], [t for _, t in rows])
@@ -174,7 +174,7 @@ def _guarded(name: str, need_s: float, budget: Budget, fn: Any, out: dict[str, A
 def _vision(p: dict[str, Any]) -> dict[str, Any]:
     from _device.profile import bench_vision_profile
 
-    from fcp_data.profiling.vision import VisionProfileConfig
+    from fcp.profiling.vision import VisionProfileConfig
 
     return bench_vision_profile(VisionProfileConfig(**p["vision"]))
 
@@ -240,9 +240,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = make_parser(__doc__)
     ap.add_argument(
         "--dry-run",
         action="store_true",
@@ -260,7 +258,6 @@ def main(argv: list[str] | None = None) -> int:
         help="wall-clock cap; a part that would overrun is skipped (default 420)",
     )
     ap.add_argument("--degrees", default="1,2,3,4", help="ring degrees of the exactness check")
-    ap.add_argument("-o", "--output", type=Path, default=RESULTS, help="the JSON to write")
     ap.add_argument(
         "--wheels-dir",
         type=Path,
@@ -268,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         help="wheels of packages this box lacks (bench/fetch_device_wheels.sh)",
     )
     args = ap.parse_args(argv)  # fmt: skip
+    if args.quick:  # the CPU dry run on rings of 1 and 2 ranks (the dry run itself: 1..4)
+        args.dry_run, args.degrees = True, "1,2"
     if not args.dry_run and args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but torch.cuda.is_available() is False; use --dry-run on CPU")
     if not args.dry_run and args.device == "npu":
@@ -283,10 +282,9 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.monotonic()
     report = run(args)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1, default=str) + "\n")
     print_table(report)
-    print(f"wrote {args.output} ({time.monotonic() - t0:.1f} s)")
+    write_json(out_path(args, "device_suite"), report, quick=args.quick)
+    print(f"{time.monotonic() - t0:.1f} s")
     parts = report["parts"].values()
     bad = any(r.get("status") == "failed" for r in parts)
     inexact = any(r.get("status") == "ok" and r.get("all_pass") is False for r in parts)

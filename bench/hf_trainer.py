@@ -1,8 +1,8 @@
 """fcp under TRL's SFTTrainer against TRL's own packing, side by side in one run, on CPU.
 
     .venv/bin/python bench/hf_trainer.py            # ~3 min on 2 CPU cores
-    .venv/bin/python bench/hf_trainer.py --quick    # ~15 s: a smaller model, one round
-Writes bench/results/hf_trainer.json and prints two tables.
+    .venv/bin/python bench/hf_trainer.py --quick    # seconds: a tiny model, 2 steps a mode
+Writes bench/results/hf_trainer.json (or -o) and prints two tables.
 
 Measured (one process, float32, one thread by default: on a 2-core box shared with other
 work, two OpenMP threads made every step up to 10x slower and the figures noise; a
@@ -35,10 +35,8 @@ of the planner's quality grid; the mean and worst ratio of predicted step times.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import itertools
-import json
 import os
 import platform
 import statistics
@@ -50,9 +48,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from _common import make_parser, out_path, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "hf_trainer.json"
 EOD = 501
 MODES = ("trl-bfd", "fcp-trainer", "fcp-loop")
 PREDICTED_PROFILES = ("c4", "wikipedia", "github", "longmix")
@@ -271,11 +268,9 @@ def predicted(batches: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
-    from fcp_exec.launch import free_port
+    from fcp.profiling.spawn import free_port
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="a smaller model, one round")
-    p.add_argument("-o", "--output", default=str(RESULTS))
+    p = make_parser(__doc__)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, see above)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -286,9 +281,9 @@ def main(argv: list[str] | None = None) -> int:
                            "predicted_batches": 8}  # fmt: skip
     if args.quick:
         cfg |= {"shape": {**shape, "hidden_size": 64, "intermediate_size": 128,
-                          "num_hidden_layers": 2, "head_dim": 16},
-                "tokens": 2048, "global_batch": 4, "steps": 4, "warmup": 1, "rounds": 1,
-                "samples": 200, "max_len": 1024, "predicted_batches": 2}  # fmt: skip
+                          "num_hidden_layers": 1, "head_dim": 16},
+                "tokens": 512, "global_batch": 2, "steps": 2, "warmup": 1, "rounds": 1,
+                "samples": 32, "max_len": 256, "predicted_batches": 1}  # fmt: skip
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
                             world_size=1, timeout=datetime.timedelta(minutes=5))  # fmt: skip
@@ -317,17 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     import trl
 
     result = {
-        "config": cfg, "quick": args.quick, "measured": meas, "predicted": pred,
+        "config": cfg, "measured": meas, "predicted": pred,
         "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "trl": trl.__version__, "python": sys.version.split()[0]},
     }  # fmt: skip
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"\nwrote {out}")
+    write_json(out_path(args, "hf_trainer"), result, quick=args.quick)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

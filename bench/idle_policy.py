@@ -16,18 +16,16 @@ batch under each policy and reports, per (profile, N):
 - the same three with a barrier after every wave (sync), and sync / no sync under "placeholder";
 - planning ms (median) under "placeholder" and "fill".
 
-    python bench/idle_policy.py [-o bench/results/idle_policy.json] [--seeds 3] [--quick]
+    python bench/idle_policy.py [-o out.json] [--seeds 3] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import time
-from pathlib import Path
 
 import numpy as np
+from _common import console, make_parser, out_path, write_json
 from rich.console import Console
 from rich.table import Table
 
@@ -137,32 +135,27 @@ def summarise(rows: list[dict], console: Console) -> dict:
     return summary
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("-o", "--out", type=Path, default=None, help="write rows and summary (JSON)")
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser(__doc__)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="3 profiles, N in {16, 64}, 16K only")
-    args = ap.parse_args()
-    console = Console(width=220)
+    args = ap.parse_args(argv)
+    con = console()
     cost = CostModel.from_model("qwen3-8b", "h200")
-    profiles = ("github", "extreme", "internvid") if args.quick else PROFILES
-    sizes = (16, 64) if args.quick else SIZES
+    profiles = ("github",) if args.quick else PROFILES
+    sizes = (16,) if args.quick else SIZES
     caps = (16384,) if args.quick else CAPS
+    seeds = 1 if args.quick else args.seeds
     plan_global_batch([1000, 2000], Cluster(2, tokens_per_replica=4096, idle="fill"), cost)  # jit
     t0 = time.perf_counter()
     rows = [
         cell(p, n, cap, seed, cost)
-        for p, n, cap, seed in itertools.product(profiles, sizes, caps, range(args.seeds))
+        for p, n, cap, seed in itertools.product(profiles, sizes, caps, range(seeds))
     ]
-    summary = summarise(rows, console)
-    console.print(f"{len(rows)} batches x 6 plans in {time.perf_counter() - t0:.0f} s")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
-        console.print(f"wrote {args.out}")
+    summary = summarise(rows, con)
+    con.print(f"{len(rows)} batches x 6 plans in {time.perf_counter() - t0:.0f} s")
+    write_json(out_path(args, "idle_policy"), {"summary": summary, "rows": rows}, quick=args.quick)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -20,17 +20,15 @@ job's tokens/s = all tokens / the slowest replica's time, so FCP on N replicas o
 is the per-replica ratio. "steady" leaves out worker start-up (time from the first batch on).
 The load average (1 min) is read before and after and written with the date and command.
 
-    .venv/bin/python bench/loader_throughput.py [--samples 400] [--workers 2] [--replicas 4]
+    .venv/bin/python bench/loader_throughput.py [--samples 400] [--workers 2] [--replicas 4] \
+        [--quick] [-o out.json]
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import io
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,17 +36,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from _common import ByteTokenizer, console, make_parser, out_path, write_json
 
-__all__ = ["ByteTokenizer", "main", "write_pretokenized"]
-
-
-class ByteTokenizer:
-    """utf-8 bytes + 1 as ids: exact, fast, picklable; the same in both pipelines."""
-
-    spec = "bench:bytes+1"
-
-    def __call__(self, text: str) -> np.ndarray:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64) + 1
+__all__ = ["main", "write_pretokenized"]
 
 
 def _text(sample: dict[str, Any]) -> str:
@@ -249,7 +239,7 @@ def _row(name: str, r: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--samples", type=int, default=400)
     ap.add_argument("--global-batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
@@ -263,29 +253,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "saved as tokenizer.json, the cost a real LLM tokenizer has (default); bytes: utf-8 "
         "bytes as ids (near-free)",
     )
-    ap.add_argument(
-        "--out", default=str(Path(__file__).parent / "results" / "loader_throughput.json")
-    )
     args = ap.parse_args(argv)
+    if args.quick:
+        # two shards of 16 samples: plain DP gives each of the 2 replicas one
+        args.samples, args.global_batch, args.workers = 32, 8, 0
+        args.replicas, args.repeat = 2, 1
 
     import webdataset as wds
-    from rich.console import Console
     from rich.table import Table
 
-    from fcp_data.cli import main as fcp
+    from fcp.cli import main as fcp
     from fcp_data.planner import CostModel
     from fcp_data.readers import LengthIndex, make_shards
     from fcp_data.readers.text import as_tokenizer
 
-    console = Console(width=140)
+    con = console()
     load_before = os.getloadavg()[0]
     n = args.replicas
     with tempfile.TemporaryDirectory() as tmp:
-        paths = make_shards(Path(tmp) / "shards", text=args.samples, seed=0, samples_per_shard=64)
+        per_shard = 16 if args.quick else 64
+        paths = make_shards(
+            Path(tmp) / "shards", text=args.samples, seed=0, samples_per_shard=per_shard
+        )
         urls = [str(p) for p in paths]
         if args.tokenizer == "bpe":
             texts = [_text(s) for s in wds.WebDataset(urls, shardshuffle=False, empty_check=False)]
-            spec = str(train_bpe(texts, 8192, Path(tmp) / "tokenizer.json"))
+            vocab = 512 if args.quick else 8192
+            spec = str(train_bpe(texts, vocab, Path(tmp) / "tokenizer.json"))
         else:
             spec = ByteTokenizer.spec  # an object, not a file: indexed through build_index
         tok = as_tokenizer(spec) if args.tokenizer == "bpe" else ByteTokenizer()
@@ -295,7 +289,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.tokenizer == "bpe":
             for out, extra in ((default, []), (nostore, ["--no-store"])):
                 argv_i = ["index", *urls, "-o", str(out), "--tokenizer", spec, *extra]
-                assert fcp([*argv_i, "--workers", str(args.workers)]) == 0
+                assert fcp([*argv_i, "--workers", str(max(1, args.workers))]) == 0
         else:
             from fcp_data.readers import build_index
             from fcp_data.readers.text import CallableCounter
@@ -333,9 +327,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 }
             )
     result = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "command": "python bench/loader_throughput.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
         "load_avg_1min": [load_before, load_after],
         "samples": args.samples,
         "global_batch": g,
@@ -382,11 +373,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{r['steady_ratio_to_pretokenized']:.2f}",
             f"{100 * r['planning_share']:.1f}%",
         )
-    console.print(table)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    console.print(f"wrote {out}")
+    con.print(table)
+    write_json(out_path(args, "loader_throughput"), result, quick=args.quick)
     return result
 
 

@@ -1,7 +1,7 @@
 """Video decode work per CP member: decode the GOPs your chunks hold vs every member whole.
 
     python bench/media_decode.py                                 # 4 clips, d = 1..4, table + JSON
-    python bench/media_decode.py --seconds 6 --degrees 2 4 --backends pyav --json out/x.json
+    python bench/media_decode.py --seconds 6 --degrees 2 4 --backends pyav -o out/x.json
 
 For each clip (H.264 mp4 made with PyAV: GOP 250 and GOP 30, 320x240 and 640x360, --seconds at
 --fps), the qwen2.5-vl rule samples its frames (qwen-vl-utils' indices, 2 fps) and a CP group of
@@ -25,10 +25,7 @@ side by side in one process, best of --repeats interleaved rounds (whole, member
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
-import sys
 import tempfile
 import time
 from functools import partial
@@ -36,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import make_parser, out_path, write_json
 
 
 def encode_clip(path: Path, width: int, height: int, frames: int, fps: int, gop: int) -> bytes:
@@ -74,7 +70,7 @@ def held_frames(vt: Any, degree: int) -> list[list[list[int]]]:
     A qwen2.5-vl video is <|vision_start|>, grid_t * h * w / 4 pads (h * w / 4 per tubelet of 2
     frames), <|vision_end|>; the whole sample is the video (no caption), padded to 2d chunks.
     """
-    from fcp_data.collate.zigzag import chunk_bounds, padded_seqlen
+    from fcp_data.collate import chunk_bounds, padded_seqlen
 
     if [p for p, _ in vt.parts] != ["vision_start", "video_pad", "vision_end"]:
         raise SystemExit(f"expected a qwen2.5-vl video template, got {vt.parts}")
@@ -108,8 +104,8 @@ def pixels(data: bytes, wanted: list[int], vt: Any, backend: str) -> np.ndarray:
     """The whole payload pipeline of a member for frames `wanted` (whole tubelets): decode,
     resize to the rule's size, normalise (CLIP statistics), patchify into the processor's rows,
     the same code `fcp_data.vision.payload` runs (checked against transformers' processors)."""
+    from fcp_data.vision import family_spec
     from fcp_data.vision.decode import decode_video_frames
-    from fcp_data.vision.families import family_spec
     from fcp_data.vision.families.qwen import qwen_rows
     from fcp_data.vision.media import resize_frames
     from fcp_data.vision.pixels import normalize
@@ -193,7 +189,7 @@ def loads(backend: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = make_parser(__doc__)
     p.add_argument("--seconds", type=float, default=40.0, help="clip length (default 40)")
     p.add_argument("--fps", type=int, default=25)
     p.add_argument("--gops", type=int, nargs="+", default=[250, 30])
@@ -202,12 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backends", nargs="+", default=["pyav", "decord", "torchcodec"],
                    help="those that do not load are skipped")  # fmt: skip
     p.add_argument("--repeats", type=int, default=3, help="rounds; the best of each is kept")
-    p.add_argument("--json", default="out/media_decode.json")
     args = p.parse_args(argv)
+    if args.quick:
+        args.seconds, args.fps, args.gops, args.sizes = 2.0, 10, [10], ["64x48"]
+        args.degrees, args.backends, args.repeats = [1, 2], ["pyav"], 1
     import av
 
+    from fcp_data.vision import get_rule
     from fcp_data.vision.decode.gop import FrameTable
-    from fcp_data.vision.families import get_rule
 
     rule = get_rule("qwen2.5-vl")
     tmp = Path(tempfile.mkdtemp(prefix="fcp-media-decode-"))
@@ -250,12 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("* planned from the backend's keyframe list (it does not report its work)")
     print(f"total {time.perf_counter() - t0:.0f} s")
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "args": vars(args), "skipped": skipped}, indent=1))
-    print(f"wrote {out}")
+    payload = {"rows": rows, "args": vars(args), "skipped": skipped}
+    write_json(out_path(args, "media_decode"), payload, quick=args.quick)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """fcp vs static CP vs megatron-core's hybrid CP when a replica is a TP x PP model copy.
 
 Two clusters of 64 H200 (8 per node), each replica's tokens derived by the memory model
-(`fcp_data.planner.memory`) instead of guessed, and the analytic cost of a replica of TP x PP
+(`fcp_data.planner.cost.memory`) instead of guessed, and the analytic cost of a replica of TP x PP
 devices (`CostModel.from_model(..., tensor_parallel=)`):
 
 - llama3-70b: TP = 8 with sequence parallel, ZeRO-1 over 8 replicas (1 replica per node,
@@ -16,19 +16,18 @@ predicted step time of fcp, of static CP at its best degree (Megatron-LM's fixed
 degree dividing N under the same cost model) and of megatron-core's `BalancedCPScheduler`
 (`megatron-hybrid`), all scored by the same simulator; ratios side by side.
 
-    python bench/parallel_layouts.py [--seeds 3] [--batch 512] [-o out.json]
+    python bench/parallel_layouts.py [--seeds 3] [--batch 512] [--quick] [-o out.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+from _common import console, make_parser, out_path, write_json
 from rich.console import Console
 from rich.table import Table
 
@@ -98,15 +97,16 @@ def build(setup: Setup) -> tuple[Cluster, CostModel, dict]:
 
 def run(args: argparse.Namespace, console: Console) -> tuple[list[dict], list[dict]]:
     rows, setups = [], []
-    for setup in SETUPS:
+    for setup in SETUPS[:1] if args.quick else SETUPS:
         cluster, cost, info = build(setup)
         setups.append(info)
         console.print(info["summary"])
-        for dist in TEXT:
-            for seed in range(args.seeds):
+        for dist in TEXT[:1] if args.quick else TEXT:
+            for seed in range(1 if args.quick else args.seeds):
                 lens = generate_lengths(dist, args.batch, seed=seed)
                 row = {"setup": setup.name, "distribution": dist, "seed": seed}
-                for strategy in STRATEGIES:
+                # quick: no megatron-core (a 4 s import)
+                for strategy in STRATEGIES[:2] if args.quick else STRATEGIES:
                     t0 = time.perf_counter()
                     try:
                         plan = plan_global_batch(
@@ -223,25 +223,23 @@ def summarise(rows: list[dict], setups: list[dict], console: Console) -> list[di
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser(__doc__)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=512, help="sequences per global batch")
-    ap.add_argument("-o", "--out", type=Path, default=Path("bench/results/parallel_layouts.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.batch = 64
     warnings.filterwarnings("ignore", category=UserWarning)
-    console = Console(width=170)
+    con = console()
     t0 = time.perf_counter()
-    rows, setups = run(args, console)
-    summary = summarise(rows, setups, console)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps({"setups": setups, "summary": summary, "rows": rows}, indent=1, default=float)
-    )
-    console.print(f"wrote {args.out} in {time.perf_counter() - t0:.0f} s")
+    rows, setups = run(args, con)
+    summary = summarise(rows, setups, con)
+    payload = {"setups": setups, "summary": summary, "rows": rows}
+    write_json(out_path(args, "parallel_layouts"), payload, quick=args.quick)
+    con.print(f"{len(rows)} rows in {time.perf_counter() - t0:.0f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

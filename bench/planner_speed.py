@@ -1,7 +1,7 @@
 """Planning time (warm, median, all candidates included), the shape of the paper's Tables 1-2,
 noise robustness like Tables 4-5 and the degree mix like Table 6.
 
-    python bench/planner_speed.py [--repeat 15]
+    python bench/planner_speed.py [--repeat 15] [--quick] [-o out.json]
 
 Timings are wall-clock medians after one warm-up call (numba kernels compiled and cached), on
 whatever this machine is doing: compare rows of one run, not runs of different days.
@@ -9,15 +9,13 @@ whatever this machine is doing: compare rows of one run, not runs of different d
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
+from _common import console, make_parser, out_path, write_json
 from rich.console import Console
 from rich.table import Table
 
@@ -29,9 +27,8 @@ from fcp_data.planner import (
     plan_global_batch,
     score_plan,
 )
-from fcp_data.planner.api import _FAMILIES
 from fcp_data.planner.bounds import lower_bound
-from fcp_data.planner.problem import Problem
+from fcp_data.planner.cost.problem import Problem
 
 
 def timed(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
@@ -44,7 +41,7 @@ def timed(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     return float(np.median(samples)) * 1e3, out
 
 
-def speed_table(console: Console, repeat: int) -> list[dict]:
+def speed_table(console: Console, repeat: int, quick: bool) -> list[dict]:
     cost = CostModel.from_model("qwen3-8b", "h200")
     rows = []
     cases = [
@@ -58,6 +55,8 @@ def speed_table(console: Console, repeat: int) -> list[dict]:
         ("github", 8192, 1024, 16384),
         ("internvid", 8192, 1024, 16384),
     ]
+    if quick:
+        cases = [("github", 128, 16, 16384)]
     table = Table(title="planning time, warm median (ms), all fcp candidates")
     for c in (
         "profile",
@@ -97,7 +96,7 @@ def speed_table(console: Console, repeat: int) -> list[dict]:
             rep,
         )
         mh = float("nan")
-        if k <= 512:
+        if k <= 512 and not quick:  # quick: no megatron-core (a 4 s import)
             mh, _ = timed(
                 lambda lens=lens, cl=cl: plan_global_batch(
                     lens, cl, cost, strategy="megatron-hybrid", on_too_long="drop"
@@ -135,6 +134,7 @@ def speed_table(console: Console, repeat: int) -> list[dict]:
 def breakdown(console: Console, repeat: int) -> dict:
     """Time of each candidate family on 512 sequences / 64 replicas (github)."""
     from fcp_data.planner import api
+    from fcp_data.planner.strategies import families
 
     cost = CostModel.from_model("qwen3-8b", "h200")
     lens = generate_lengths("github", 512, seed=0)
@@ -146,20 +146,18 @@ def breakdown(console: Console, repeat: int) -> dict:
     out["lower_bound"] = lb_ms
     units = prob.order
     keep = np.ones(units.size, dtype=bool)
-    best = min(c.makespan for c in api._core_family(prob, lb, units) if c is not None)
+    best = min(c.makespan for c in families.core_family(prob, lb, units) if c is not None)
     parts = {
-        "paper": lambda: api.paper_schedule(prob, units),
-        "lanes": lambda: api.lane_candidates(prob, lb, units),
-        "prologue+lanes": lambda: api._prologue_lanes(prob, lb, units),
-        "moldable": lambda: api.moldable_schedule(prob, units),
-        "static-balanced": lambda: api.static_balanced(prob, units),
-        "static": lambda: api.static_megatron(prob, units),
-        "core family (fcp before pow2 / megatron-dynamic)": lambda: api._core_family(
-            prob, lb, units
-        ),
+        "paper": lambda: families.paper_schedule(prob, units),
+        "lanes": lambda: families.lane_candidates(prob, lb, units),
+        "prologue+lanes": lambda: families.prologue_lanes(prob, lb, units),
+        "moldable": lambda: families.moldable_schedule(prob, units),
+        "static-balanced": lambda: families.static_balanced(prob, units),
+        "static": lambda: families.static_megatron(prob, units),
+        "core family (fcp's own candidates)": lambda: families.core_family(prob, lb, units),
         "pow2 candidates": lambda: api._pow2_candidates(prob, None, keep, 0),
-        "megatron-dynamic grid (unpruned)": lambda: api.megatron_dynamic_tuned(prob, units),
-        "megatron-dynamic grid (pruned)": lambda: api.megatron_dynamic_tuned(
+        "megatron-dynamic grid (unpruned)": lambda: families.megatron_dynamic_tuned(prob, units),
+        "megatron-dynamic grid (pruned)": lambda: families.megatron_dynamic_tuned(
             prob, units, prune_above=best
         ),
     }
@@ -168,11 +166,10 @@ def breakdown(console: Console, repeat: int) -> dict:
     console.print(
         "candidate breakdown (ms, github 512 on 64):", {k: round(v, 2) for k, v in out.items()}
     )
-    assert set(_FAMILIES)  # the families timed above are the ones plan_global_batch runs
     return out
 
 
-def noise(console: Console, seeds: int) -> list[dict]:
+def noise(console: Console, seeds: int, quick: bool) -> list[dict]:
     """Plan with perturbed coefficients, score with the true ones (paper Tables 4-5)."""
     cost = CostModel.from_model("qwen3-vl-2b", "ascend-910c")
     rows = []
@@ -181,12 +178,12 @@ def noise(console: Console, seeds: int) -> list[dict]:
     )
     for c in ("replicas", "noise", "time/step vs exact", "degree match"):
         table.add_column(c, justify="right")
-    for n in (32, 64):
+    for n in (32,) if quick else (32, 64):
         cl = Cluster(n, replicas_per_node=16, tokens_per_replica=16384)
-        lens = generate_lengths("internvid", 512, seed=1)
+        lens = generate_lengths("internvid", 64 if quick else 512, seed=1)
         exact = plan_global_batch(lens, cl, cost)
         base_deg = _degree_of(exact, lens.size)
-        for level in (0.0, 0.05, 0.1, 0.2, 0.3, 0.5):
+        for level in (0.0, 0.1) if quick else (0.0, 0.05, 0.1, 0.2, 0.3, 0.5):
             extra, match = [], []
             for s in range(seeds):
                 noisy_cost = cost.perturbed(np.random.default_rng(100 + s), level)
@@ -213,10 +210,10 @@ def _degree_of(plan: Plan, k: int) -> np.ndarray:
     return deg
 
 
-def degree_mix(console: Console) -> dict:
+def degree_mix(console: Console, quick: bool) -> dict:
     """Table 6: the degrees each strategy uses on video batches."""
     out = {}
-    for profile, n in (("openvid", 32), ("msrvtt", 32)):
+    for profile, n in (("openvid", 32),) if quick else (("openvid", 32), ("msrvtt", 32)):
         cost = CostModel.from_model("qwen3-vl-8b", "ascend-910c")
         cl = Cluster(n, replicas_per_node=16, tokens_per_replica=8192)
         lens = generate_lengths(profile, 512, seed=0)
@@ -241,26 +238,23 @@ def degree_mix(console: Console) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser(__doc__)
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--noise-seeds", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=Path("bench/results/planner_speed.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     warnings.filterwarnings("ignore", category=UserWarning)
-    console = Console(width=150)
+    con = console()
+    repeat, seeds = (1, 1) if args.quick else (args.repeat, args.noise_seeds)
     result = {
-        "speed": speed_table(console, args.repeat),
-        "breakdown": breakdown(console, args.repeat),
-        "noise": noise(console, args.noise_seeds),
-        "degree_mix": degree_mix(console),
+        "speed": speed_table(con, repeat, args.quick),
+        "breakdown": breakdown(con, repeat),
+        "noise": noise(con, seeds, args.quick),
+        "degree_mix": degree_mix(con, args.quick),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=float))
-    console.print(f"wrote {args.out}")
+    write_json(out_path(args, "planner_speed"), result, quick=args.quick)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,22 +1,22 @@
 """Readers benchmark: index throughput, video metadata rate, random-access latency.
 
-    .venv/bin/python bench/readers_index.py [--text 2000] [--video 40] [--reads 500]
+    .venv/bin/python bench/readers_index.py [--text 2000] [--video 40] [--reads 500] [--quick]
 
-Writes bench/results/readers_index.json and prints a table. Data is generated with
+Writes bench/results/readers_index.json (or -o) and prints a table. Data is generated with
 `make_shards` into a temporary directory (stdlib source text, tiny mp4s); runs in well under a
 minute on 2 cores. Numbers are for warm page cache: they measure CPU cost, not the disk.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import tarfile
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from _common import console, make_parser, out_path, print_table, write_json
 
 __all__ = ["main"]
 
@@ -51,21 +51,19 @@ def _scan_to(path: str, key: str) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--text", type=int, default=2000)
     ap.add_argument("--video", type=int, default=40)
     ap.add_argument("--reads", type=int, default=500)
-    ap.add_argument("--out", default="bench/results/readers_index.json")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.text, args.video, args.reads = 64, 2, 20
 
     import webdataset as wds
-    from rich.console import Console
-    from rich.table import Table
 
-    from fcp_data.readers.build import build_index
-    from fcp_data.readers.media_meta import parse_sidecar
-    from fcp_data.readers.probe import Prober, probe_fields
-    from fcp_data.readers.synth import make_shards
+    from fcp_data.readers import Prober, build_index, make_shards
+    from fcp_data.vision.media_meta import parse_sidecar
+    from fcp_data.vision.probe import probe_fields
 
     rows: list[tuple[str, float, str]] = []
     results: dict[str, float] = {}
@@ -149,19 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         results["random_read_scan_us"] = t_scan * 1e6
         results["text_samples"], results["video_samples"] = args.text, args.video
 
-    table = Table("measurement", "items/s", "detail", title="fcp readers")
-    for name, rate, detail in rows:
-        table.add_row(name, f"{rate:,.0f}", detail)
-    console = Console()
-    console.print(table)
-    console.print(
+    cells = [(name, f"{rate:,.0f}", detail) for name, rate, detail in rows]
+    print_table("fcp readers", ("measurement", "items/s", "detail"), cells)
+    console().print(
         f"{args.text} text samples ({results['text_mb']:.1f} MB), {args.video} videos;"
         f" make_shards took {results['make_shards_s']:.1f} s"
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    console.print(f"wrote {out}")
+    write_json(out_path(args, "readers_index"), dict(results), quick=args.quick)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Remote video and text shards over loopback HTTP with a per-request delay: read-ahead or not.
 
     .venv/bin/python bench/remote_media.py                      # table + JSON, ~3-4 min
-    .venv/bin/python bench/remote_media.py --delays-ms 0 50 --repeats 1 --json out.json
+    .venv/bin/python bench/remote_media.py --delays-ms 0 50 --repeats 1 -o out.json
+    .venv/bin/python bench/remote_media.py --quick               # seconds: proves it runs
 
 Shards: `make_shards` text (stdlib sources) and mp4 clips (PyAV, every clip with a .json
 sidecar), served by a threaded HTTP/1.1 server in this process that honours Range, keeps
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 import tempfile
 import threading
 import time
@@ -41,18 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from remote_throughput import _Range
+from _common import ByteTokenizer, RangeHandler, make_parser, out_path, write_json
 
 __all__ = ["main"]
 
 RULE = "qwen2.5-vl"
 
 
-class _Delayed(_Range):
+class _Delayed(RangeHandler):
     """Range-honouring file server: sleeps `server.delay_s` per request, counts GETs/bytes."""
 
     server: _Server
@@ -103,7 +99,8 @@ class _PlainVideo:
         self.tok = tok
 
     def __call__(self, sample: dict[str, Any]) -> int:
-        from fcp_data.readers import decode_frames, get_rule
+        from fcp_data.vision import get_rule
+        from fcp_data.vision.decode import decode_frames
 
         meta = json.loads(sample["json"])
         vt = get_rule(RULE).video(
@@ -325,7 +322,7 @@ def print_tables(thr: list[dict[str, Any]], dl: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = make_parser(__doc__)
     ap.add_argument("--text", type=int, default=512, help="text samples (64 a shard)")
     ap.add_argument("--videos", type=int, default=48, help="mp4 clips (8 a shard)")
     ap.add_argument("--text-batch", type=int, default=32, help="global batch of the text set")
@@ -334,10 +331,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--delays-ms", type=float, nargs="+", default=[0.0, 10.0, 50.0])
     ap.add_argument("--degrees", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--repeats", type=int, default=3, help="timed epochs per row; the median")
-    ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args(argv)
-
-    from loader_throughput import ByteTokenizer
+    if args.quick:
+        args.text, args.videos, args.text_batch, args.video_batch = 16, 2, 8, 2
+        args.workers, args.delays_ms, args.degrees, args.repeats = 0, [0.0], [1, 2], 1
 
     from fcp_data.readers import build_index, make_shards
     from fcp_data.readers.text import CallableCounter
@@ -382,8 +379,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             srv.shutdown()
             srv.server_close()
     result = {
-        "command": "python bench/remote_media.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
         "text": args.text,
         "videos": args.videos,
         "workers": args.workers,
@@ -394,11 +389,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     print_tables(thr, dl)
     print(f"\n{result['seconds']:.0f} s")
-    if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
-        print(f"wrote {out}")
+    write_json(out_path(args, "remote_media"), result, quick=args.quick)
     return result
 
 

@@ -13,56 +13,17 @@ median of `--repeat` epochs after a warm-up.
 
 from __future__ import annotations
 
-import argparse
-import json
-import re
-import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import ByteTokenizer, RangeHandler, make_parser, out_path, print_table, write_json
 
 __all__ = ["main"]
-
-
-class _Range(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    root = Path(".")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_HEAD(self) -> None:
-        self._serve(head=True)
-
-    def do_GET(self) -> None:
-        self._serve(head=False)
-
-    def answered(self, head: bool, nbytes: int) -> None:
-        """Called once per request before the answer (a subclass counts requests here)."""
-
-    def _serve(self, *, head: bool) -> None:
-        path = getattr(self.server, "root", self.root) / self.path.lstrip("/")
-        size = path.stat().st_size
-        m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
-        start, end = (int(m.group(1)), int(m.group(2) or size - 1) + 1) if m else (0, size)
-        end = min(end, size)
-        self.answered(head, end - start)
-        self.send_response(206 if m else 200)
-        self.send_header("Content-Length", str(end - start))
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{size:x}-{path.stat().st_mtime_ns:x}"')
-        if m:
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
-        self.end_headers()
-        if not head:
-            with open(path, "rb") as f:
-                f.seek(start)
-                self.wfile.write(f.read(end - start))
 
 
 def _epoch_tps(
@@ -99,17 +60,16 @@ def _epoch_tps(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--samples", type=int, default=600)
     ap.add_argument("--global-batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "remote.json"))
     args = ap.parse_args(argv)
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from loader_throughput import ByteTokenizer
+    if args.quick:
+        args.samples, args.global_batch, args.workers = 64, 8, 0
+        args.replicas, args.repeat = 2, 1
 
     from fcp_data.planner import CostModel
     from fcp_data.readers import build_index, make_shards
@@ -121,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = make_shards(Path(tmp) / "shards", text=args.samples, seed=0, samples_per_shard=64)
-        handler = type("Handler", (_Range,), {"root": Path(tmp) / "shards"})
+        handler = type("Handler", (RangeHandler,), {"root": Path(tmp) / "shards"})
         # listen backlog 128 (http.server's default is 5: a client opening 32 concurrent
         # range connections would see SYNs dropped and 1 s retransmits, which nginx's 511 avoids)
         server_cls = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})
@@ -149,20 +109,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "samples": args.samples,
         "workers": args.workers,
         "repeat": args.repeat,
-        "command": "python bench/remote_throughput.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
         "rows": rows,
     }
-    print(f"{'replicas':>8} {'local tok/s':>14} {'http tok/s':>14} {'ratio':>6}")
-    for r in rows:
-        print(
-            f"{r['replicas']:>8} {r['local_tps']:>14,.0f} {r['remote_tps']:>14,.0f} "
-            f"{r['ratio']:>6.2f}"
-        )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    cells = [
+        (r["replicas"], f"{r['local_tps']:,.0f}", f"{r['remote_tps']:,.0f}", f"{r['ratio']:.2f}")
+        for r in rows
+    ]
+    print_table("local vs HTTP shards", ("replicas", "local tok/s", "http tok/s", "ratio"), cells)
+    write_json(out_path(args, "remote_throughput"), result, quick=args.quick)
     return result
 
 

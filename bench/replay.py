@@ -1,7 +1,7 @@
 """Measured replay: run fcp and static plans' real work on gloo processes; predicted vs measured.
 
-Run: .venv/bin/python bench/replay.py  (about 1-2 minutes on 2 CPU cores)
-Writes bench/results/replay.json and prints a table.
+Run: .venv/bin/python bench/replay.py  (about 1-2 minutes on 2 CPU cores; `--quick`: seconds)
+Writes bench/results/replay.json (or -o) and prints a table.
 
 Each global batch (long-tailed lengths, the synthetic `github` profile clipped to --max-tokens)
 is planned by each strategy for --replicas replicas of --tokens-per-replica tokens under the
@@ -23,12 +23,9 @@ measured within ±3% of predicted per batch on the 2-core machine the profile wa
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,12 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from _common import make_parser, out_path, write_json
 
-from fcp_exec.launch import run_group
+from fcp.profiling.spawn import run_group
 
 __all__ = ["main"]
-
-RESULTS = Path(__file__).resolve().parent / "results" / "replay.json"
 
 
 class _Model(torch.nn.Module):
@@ -94,8 +90,8 @@ def _run_group(model: _Model, seqlens: tuple[int, ...], degree: int, ring: tuple
 def _worker(rank: int, world: int, port: int, out: Any, plans: list[bytes]) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+    from fcp.profiling import SHAPES
     from fcp_data.planner import Plan
-    from fcp_data.profiling import SHAPES
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=300))  # fmt: skip
@@ -132,9 +128,7 @@ def _execute(plans: list[bytes], world: int, timeout_s: float) -> list[list[dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = make_parser(__doc__)
     p.add_argument("--replicas", type=int, default=2, help="processes, one replica each (2)")
     p.add_argument("--tokens-per-replica", type=int, default=1024)
     p.add_argument("--batches", type=int, default=3, help="global batches (default 3)")
@@ -151,11 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="runs per plan, median kept (3)")
     p.add_argument("--timeout", type=float, default=300.0)
     args = p.parse_args(argv)
+    if args.quick:
+        args.tokens_per_replica, args.batches, args.batch = 256, 1, 4
+        args.max_tokens, args.repeats, args.strategies = 256, 1, ["fcp", "static"]
     from rich.console import Console
     from rich.table import Table
 
     from fcp_data.planner import Cluster, CostModel, generate_lengths, plan_global_batch, score_plan
-    from fcp_data.profiling import shipped_profile
+    from fcp_data.profiles import shipped_profile
 
     cost = CostModel.load(args.cost or shipped_profile("cpu-small"))
     cluster = Cluster(args.replicas, tokens_per_replica=args.tokens_per_replica)
@@ -234,17 +231,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"{totals['static']['predicted_s'] / t['predicted_s']:.2f}x, measured "
                     f"{totals['static']['measured_s'] / t['measured_s']:.2f}x"
                 )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"args": vars(args), "cost": cost.name, "cases": cases,
-                                   "totals": totals, "wall_s": wall,
-                                   "loadavg_before": load_before,
-                                   "loadavg_after": os.getloadavg()}, indent=1))  # fmt: skip
+    payload = {"args": vars(args), "cost": cost.name, "cases": cases, "totals": totals,
+               "wall_s": wall, "loadavg_before": load_before,
+               "loadavg_after": os.getloadavg()}  # fmt: skip
+    write_json(out_path(args, "replay"), payload, quick=args.quick)
     con.print(
-        f"wrote {RESULTS} ({wall:.0f} s; 1-min load average {load_before[0]:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after: other processes on these cores skew 'measured')"
+        f"{wall:.0f} s; 1-min load average {load_before[0]:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after: other processes on these cores skew 'measured'"
     )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

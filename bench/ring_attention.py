@@ -1,7 +1,7 @@
 """Ring attention figures: d = 1 overhead vs local SDPA, d = 2..4 on gloo, CP group switch time.
 
 Run: .venv/bin/python bench/ring_attention.py  (about 1.5 minutes on 2 CPU cores)
-Writes bench/results/ring_attention.json and prints a table.
+Writes bench/results/ring_attention.json (or -o) and prints a table; `--quick`: seconds.
 
 - d = 1: fcp_exec.ring_attention against torch SDPA run per sequence on the same pack
   (forward + backward through autograd); the goal is <= 1.1x. "kernel" is the bare CPU flash
@@ -27,23 +27,19 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
-import sys
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from _common import make_parser, out_path, write_json
 
-from fcp_exec.launch import run_group
+from fcp.profiling.spawn import run_group
 
 __all__ = ["main"]
-
-RESULTS = Path(__file__).resolve().parent / "results" / "ring_attention.json"
 
 
 def _pack(seqlens: list[int], degree: int, heads: int, dim: int) -> dict[str, Any]:
@@ -121,18 +117,18 @@ def _worker(rank: int, world: int, port: int, q_out: Any, cfg: dict[str, Any]) -
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=120))  # fmt: skip
-    from fcp_data.planner.plan import RankPlan
+    from fcp_data.planner import RankPlan
     from fcp_exec import (
         CPGroupCache,
         ReplicaRanks,
         RingComm,
         ShardLayout,
         cp_context,
+        local_token_index,
         ring_attention,
         select_kernel,
     )  # fmt: skip
     from fcp_exec.attention import _RingAttention
-    from fcp_exec.layout import local_token_index
 
     p = _pack(cfg["seqlens"], world, cfg["heads"], cfg["dim"])
     idx = local_token_index(p["cu_p"], world, rank)
@@ -215,10 +211,16 @@ def _check_worker(rank: int, world: int, port: int, q_out: Any, cfg: dict[str, A
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=600))  # fmt: skip
-    from fcp_data.planner.plan import RankPlan
-    from fcp_exec import CPGroupCache, ReplicaRanks, RingFingerprint, cp_context, ring_attention
-    from fcp_exec.layout import local_token_index
-    from fcp_exec.verify import verify_ring
+    from fcp_data.planner import RankPlan
+    from fcp_exec import (
+        CPGroupCache,
+        ReplicaRanks,
+        RingFingerprint,
+        cp_context,
+        local_token_index,
+        ring_attention,
+        verify_ring,
+    )
 
     ring = tuple(range(world))
     cache = CPGroupCache(ReplicaRanks(world_size=world))
@@ -283,7 +285,7 @@ def bench_ring(world: int, cfg: dict[str, Any]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--seqlens", default="1536,1024,512,128,1",
                     help="comma-separated sequence lengths of one pack")  # fmt: skip
     ap.add_argument("--heads", type=int, default=8)
@@ -298,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-tokens", type=int, default=8192, help="tokens per replica")
     ap.add_argument("--check-seqlen", type=int, default=2048)
     args = ap.parse_args(argv)
+    if args.quick:
+        args.seqlens, args.heads, args.dim, args.repeats = "96,32,1", 2, 16, 1
+        args.degrees, args.check_tokens, args.check_seqlen = "2", 256, 128
     if args.check:
         return _main_check(args)
     seqlens = [int(x) for x in args.seqlens.split(",")]
@@ -325,11 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['off_path_share']:.0%}", f"{r['wall_hidden_share']:.0%}",
                       f"{r['switch_us']:.1f}", f"{r['create_ms']:.2f}")  # fmt: skip
     Console().print(table)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     payload = {"config": cfg, "cpu_count": os.cpu_count(), "torch": torch.__version__,
                "local": local, "ring": {str(d): r for d, r in ring.items()}}  # fmt: skip
-    RESULTS.write_text(json.dumps(payload, indent=2))
-    print(f"wrote {RESULTS}")
+    write_json(out_path(args, "ring_attention"), payload, quick=args.quick)
     return 0
 
 
@@ -349,17 +352,14 @@ def _main_check(args: argparse.Namespace) -> int:
         table.add_row(str(d), f"{r['check_s'] * 1e3:.3f}", f"{r['check_max_s'] * 1e3:.2f}",
                       f"{r['layer_fwd_bwd_s'] * 1e3:.0f}", f"{r['share']:.4%}")  # fmt: skip
     Console().print(table)
-    out = RESULTS.with_name(f"ring_check_{args.check_tokens}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "config": cfg,
         "cpu_count": os.cpu_count(),
         "check": {str(d): r for d, r in res.items()},
     }
-    out.write_text(json.dumps(payload, indent=2))
-    print(f"wrote {out}")
+    write_json(out_path(args, f"ring_check_{args.check_tokens}"), payload, quick=args.quick)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -9,7 +9,7 @@ high degrees are where a ring is most exposed. Then the sensitivity: the same gr
 10x slower than the preset (a cluster on 100 Gb/s Ethernet instead of NVLink), a regime the
 presets do not ship, reported as such.
 
-    python bench/transport_choice.py [--quick] [-o bench/results/transport_choice.json]
+    python bench/transport_choice.py [--quick] [-o out.json]
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import time
-from pathlib import Path
 
 import numpy as np
+from _common import console, make_parser, out_path, write_json
 from rich.console import Console
 from rich.table import Table
 
@@ -38,11 +37,13 @@ def _ring_only(cost: CostModel) -> CostModel:
 
 def run(args: argparse.Namespace) -> list[dict]:
     rows = []
-    profiles = ("github", "extreme", "longmix") if args.quick else PROFILES
-    sizes = (16, 64) if args.quick else (16, 32, 64, 128)
-    caps = (8192, 32768) if args.quick else (8192, 16384, 32768)
+    profiles = ("extreme",) if args.quick else PROFILES
+    sizes = (16,) if args.quick else (16, 32, 64, 128)
+    caps = (8192,) if args.quick else (8192, 16384, 32768)
+    models = MODELS[:1] if args.quick else MODELS
+    devices = DEVICES[:1] if args.quick else DEVICES
     for (model, tp), (device, rpn), slow, profile, n, cap in itertools.product(
-        MODELS, DEVICES, (1.0, 10.0), profiles, sizes, caps
+        models, devices, (1.0, 10.0), profiles, sizes, caps
     ):
         hybrid = CostModel.from_model(model, device, tensor_parallel=tp, head_parallel=True)
         hybrid = dataclasses.replace(
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         )
         ring = _ring_only(hybrid)
         cluster = Cluster(n, replicas_per_node=rpn, tokens_per_replica=cap)
-        lens = generate_lengths(profile, 512, seed=0)
+        lens = generate_lengths(profile, 64 if args.quick else 512, seed=0)
         row = {"model": model, "tp": tp, "device": device, "links_slower": slow}
         row |= {"profile": profile, "n": n, "cap": cap}
         for strategy in ("fcp", "static"):
@@ -118,20 +119,14 @@ def summarise(rows: list[dict], console: Console) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a small grid (3 profiles, 2 sizes)")
-    ap.add_argument(
-        "-o", "--output", type=Path, default=Path("bench/results/transport_choice.json")
-    )
-    args = ap.parse_args()
-    console = Console()
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser(__doc__).parse_args(argv)
     rows = run(args)
-    summary = summarise(rows, console)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
-    console.print(f"wrote {args.output}")
+    summary = summarise(rows, console())
+    payload = {"summary": summary, "rows": rows}
+    write_json(out_path(args, "transport_choice"), payload, quick=args.quick)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Ring vs all-to-all (Ulysses) vs hybrid u x r attention, forward + backward, on gloo CPU.
 
-Run: .venv/bin/python bench/transports.py [-o bench/results/transports.json]
+Run: .venv/bin/python bench/transports.py [-o out.json] [--quick]
 (one 4-process job; ~1-2 minutes on 2 loaded CPU cores). Prints a table and writes JSON.
 
 For d = 2, 3, 4 and each transport u that divides d (u = 1: ring, u = d: all-to-all, else the
@@ -20,31 +20,31 @@ planner's cost model are for that.
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from _common import make_parser, out_path, print_table, write_json
 
-if __package__ in (None, ""):  # a bare checkout: import fcp from the tree
-    sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from fcp_exec import CPBinding, CPGroupCache, ReplicaRanks, cp_attention, local_token_index
-from fcp_exec.launch import run_group
-from fcp_exec.transport_bytes import a2a_bytes_per_token, hybrid_ring_bytes_per_token
+from fcp.profiling.spawn import run_group
+from fcp_exec import (
+    CPBinding,
+    CPGroupCache,
+    ReplicaRanks,
+    a2a_bytes_per_token,
+    cp_attention,
+    local_token_index,
+)
+from fcp_exec.transport_bytes import hybrid_ring_bytes_per_token
 
 __all__ = ["main"]
 
-RESULTS = Path(__file__).resolve().parent / "results" / "transports.json"
-WORLD = 4
+DEGREES = (2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,8 @@ class _Spec:
     ulysses: int
 
 
-def _configs(seqlens: list[int]) -> list[tuple[int, int, int]]:
-    return [(n, d, u) for n in seqlens for d in (2, 3, 4) for u in range(1, d + 1) if d % u == 0]
+def _configs(seqlens: list[int], degrees: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    return [(n, d, u) for n in seqlens for d in degrees for u in range(1, d + 1) if d % u == 0]
 
 
 def _label(d: int, u: int) -> str:
@@ -99,20 +99,23 @@ def _worker(rank: int, world: int, port: int, out: Any, cfg: dict[str, Any]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--seqlens", default="1024,4096,8192", help="tokens of the one sequence")
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--kv-heads", type=int, default=12)
     ap.add_argument("--head-dim", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
+    degrees = DEGREES
+    if args.quick:
+        args.seqlens, args.heads, args.kv_heads, args.head_dim = "64", 2, 2, 8
+        args.repeats, degrees = 1, (2,)
     seqlens = [int(x) for x in args.seqlens.split(",")]
-    configs = _configs(seqlens)
+    configs = _configs(seqlens, degrees)
     cfg = {"configs": configs, "heads": args.heads, "kv_heads": args.kv_heads,
            "head_dim": args.head_dim, "repeats": args.repeats}  # fmt: skip
     t0 = time.monotonic()
-    times = run_group(_worker, WORLD, cfg, timeout_s=1800, what="transports bench")
+    times = run_group(_worker, max(degrees), cfg, timeout_s=1800, what="transports bench")
     rows = []
     shape = {"kv_heads": args.kv_heads, "head_dim": args.head_dim, "activation_bytes": 4}
     for n, d, u in configs:
@@ -126,27 +129,28 @@ def main(argv: list[str] | None = None) -> int:
             "ring_bytes": hybrid_ring_bytes_per_token(ulysses=u, ring_degree=d // u, **shape)
             * t_local,
         })  # fmt: skip
-    print("gloo on CPU, fp32, causal, one sequence; median of", args.repeats, "interleaved runs")
     print("NOT indicative of NVLink / InfiniBand: CPU cores both compute and copy the bytes.")
-    print(f"{'tokens':>7} {'d':>2} {'transport':<12} {'fwd+bwd ms':>11} {'a2a KiB':>9} "
-          f"{'ring KiB':>9}")  # fmt: skip
-    for r in rows:
-        print(f"{r['seqlen']:>7} {r['degree']:>2} {r['transport']:<12} {r['fwd_bwd_ms']:>11.1f} "
-              f"{r['a2a_bytes'] / 1024:>9.0f} {r['ring_bytes'] / 1024:>9.0f}")  # fmt: skip
+    cells = [
+        (r["seqlen"], r["degree"], r["transport"], f"{r['fwd_bwd_ms']:.1f}",
+         f"{r['a2a_bytes'] / 1024:.0f}", f"{r['ring_bytes'] / 1024:.0f}")
+        for r in rows
+    ]  # fmt: skip
+    print_table(
+        f"gloo on CPU, fp32, causal, one sequence; median of {args.repeats} interleaved runs",
+        ("tokens", "d", "transport", "fwd+bwd ms", "a2a KiB", "ring KiB"),
+        cells,
+    )
     report = {
         "what": "ring vs all-to-all vs hybrid u x r attention, fwd+bwd, gloo on CPU",
         "caveat": "CPU/gloo: cores compute and copy; says little about NVLink or InfiniBand",
-        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(), "torch": torch.__version__,
         "shape": {"heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim,
                   "dtype": "float32", "causal": True},
         "repeats": args.repeats, "rows": rows, "elapsed_s": time.monotonic() - t0,
     }  # fmt: skip
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {args.output}")
+    write_json(out_path(args, "transports"), report, quick=args.quick)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -15,14 +15,11 @@ num_workers=0 and one replica, so the loader's own work is timed, not worker sta
 is tokenized by a byte tokenizer (near-free, so reading and checking dominate: the strictest
 case for the checks).
 
-    .venv/bin/python bench/verification_cost.py [--samples 600] [--rounds 5]
+    .venv/bin/python bench/verification_cost.py [--samples 600] [--rounds 5] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import tempfile
 import threading
 import time
@@ -32,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import ByteTokenizer, RangeHandler, make_parser, out_path, print_table, write_json
 
 __all__ = ["main"]
 
@@ -111,17 +109,12 @@ def _range_read_cost(index: Any, reads: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--samples", type=int, default=600)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", default="bench/results/verification_cost.json")
     args = ap.parse_args(argv)
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from loader_throughput import ByteTokenizer
-    from remote_throughput import _Range
-    from rich.console import Console
-    from rich.table import Table
+    if args.quick:
+        args.samples, args.rounds = 64, 1
 
     from fcp_data.readers import LengthIndex, build_index, make_shards
     from fcp_data.readers.remote import RemoteOptions
@@ -150,8 +143,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         rows.append(_pair("token store: chunk blake2b", on, off, args.rounds, fresh))
 
-        _Range.root = root / "shards"
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Range)
+        handler = type("Handler", (RangeHandler,), {"root": root / "shards"})
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         srv.daemon_threads = True
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         try:
@@ -165,27 +158,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows.append(
                 _pair("HTTP shards: range checks + crc32", on, off, args.rounds, lambda _: None)
             )
-            rows.append(_range_read_cost(remote, 200))
+            rows.append(_range_read_cost(remote, 20 if args.quick else 200))
         finally:
             srv.shutdown()
             srv.server_close()
 
-    table = Table(title="Cost of verified bytes (one run, interleaved; ratio = off time / on)")
-    for col in ("case", "with checks", "without", "throughput ratio"):
-        table.add_column(col)
+    cells = []
     for r in rows:
         unit = "ms/read" if "read" in r["case"] else "s/epoch"
         scale = 1e3 if unit == "ms/read" else 1.0
-        table.add_row(
-            r["case"],
-            f"{r['on_s'] * scale:.3f} {unit}",
-            f"{r['off_s'] * scale:.3f} {unit}",
-            f"{r['ratio']:.3f}",
+        cells.append(
+            (
+                r["case"],
+                f"{r['on_s'] * scale:.3f} {unit}",
+                f"{r['off_s'] * scale:.3f} {unit}",
+                f"{r['ratio']:.3f}",
+            )
         )
-    Console().print(table)
+    print_table(
+        "Cost of verified bytes (one run, interleaved; ratio = off time / on)",
+        ("case", "with checks", "without", "throughput ratio"),
+        cells,
+    )
     result = {"samples": args.samples, "rounds": args.rounds, "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(out_path(args, "verification_cost"), result, quick=args.quick)
     return result
 
 

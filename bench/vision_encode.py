@@ -1,7 +1,7 @@
 """Vision encoder work per replica: encode what you hold vs every held video whole on every member.
 
     python bench/vision_encode.py                       # 6 clips, d = 1..4, table + JSON
-    python bench/vision_encode.py --videos 8 --degrees 1 2 4 --json out/vision_encode.json
+    python bench/vision_encode.py --videos 8 --degrees 1 2 4 -o out/vision_encode.json
 
 For each degree d, the demo's mp4 clips (qwen2.5-vl rule, real loader payloads) are planned as
 one CP group of d replicas; each replica's micro-batch holds the tubelets whose tokens sit in
@@ -17,9 +17,7 @@ sequence, typically 2); time follows, minus per-call overheads. Clips: --videos 
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,8 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import make_parser, out_path, print_table, write_json
 
 
 def one_group_planner(
@@ -104,17 +101,18 @@ def side_by_side(tower: Any, whole: Any, mbs: list[Any], repeats: int) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = make_parser(__doc__)
     p.add_argument("--videos", type=int, default=6)
     p.add_argument("--frames", type=int, default=160, help="frames per clip (10 fps), ±25%%")
     p.add_argument("--degrees", type=int, nargs="+", default=[1, 2, 3, 4])
     p.add_argument("--repeats", type=int, default=5, help="rounds; the best of each is kept")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default="out/vision_encode.json")
     args = p.parse_args(argv)
+    if args.quick:
+        args.videos, args.frames, args.degrees, args.repeats = 2, 20, [1, 2], 1
     from tokenizers import Tokenizer
 
-    from fcp_exec.demo.vlm import prepare, tiny_qwen25_vl
+    from fcp.demo.vlm import prepare, tiny_qwen25_vl
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="fcp-vision-encode-"))
@@ -140,23 +138,20 @@ def main(argv: list[str] | None = None) -> int:
             "time_ratio": max(secs) / t_whole,
             "extra_per_sequence": (max(units) - whole_units / d) / args.videos,
         })  # fmt: skip
-    head = (f"{'d':>2} {'whole':>6} {'max/rep':>8} {'ideal':>6} {'edges':>6} {'work':>6} "
-            f"{'extra/seq':>9} {'whole s':>8} {'max s':>7} {'time':>6}")  # fmt: skip
-    print(f"{args.videos} clips, one CP group of degree d; slowest replica vs every member whole")
-    print(head)
-    for r in rows:
-        print(
-            f"{r['degree']:>2} {r['whole_tubelets']:>6} {r['max_tubelets']:>8} "
-            f"{r['ideal_tubelets']:>6.1f} {r['max_edge_tubelets']:>6} {r['work_ratio']:>6.2f} "
-            f"{r['extra_per_sequence']:>9.2f} "
-            f"{r['whole_s']:>8.3f} {r['max_s']:>7.3f} {r['time_ratio']:>6.2f}"
-        )
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=1))
-    print(f"wrote {out}")
+    columns = ("d", "whole", "max/rep", "ideal", "edges", "work", "extra/seq", "whole s",
+               "max s", "time")  # fmt: skip
+    cells = [
+        (r["degree"], r["whole_tubelets"], r["max_tubelets"], f"{r['ideal_tubelets']:.1f}",
+         r["max_edge_tubelets"], f"{r['work_ratio']:.2f}", f"{r['extra_per_sequence']:.2f}",
+         f"{r['whole_s']:.3f}", f"{r['max_s']:.3f}", f"{r['time_ratio']:.2f}")
+        for r in rows
+    ]  # fmt: skip
+    title = f"{args.videos} clips, one CP group of degree d; slowest replica vs every member whole"
+    print_table(title, columns, cells)
+    payload = {"rows": rows, "args": vars(args)}
+    write_json(out_path(args, "vision_encode"), payload, quick=args.quick)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

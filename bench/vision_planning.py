@@ -15,26 +15,23 @@ columns, and the model's vision-token rule gives each sample its tokens and its 
 
 ratio = blind / aware (> 1: counting vision helps). Everything is predicted, not measured.
 
-    python bench/vision_planning.py [--quick] [--seeds 1] [--no-megatron]
+    python bench/vision_planning.py [--seeds 1] [--no-megatron] [--quick] [-o out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
+from _common import console, make_parser, out_path, write_json
 from rich.console import Console
 from rich.table import Table
 
-from fcp_data.planner import Cluster, CostModel, plan_global_batch, score_plan
-from fcp_data.planner.vision_cost import VisionWork
-from fcp_data.readers import get_rule
-from fcp_data.vision import vision_work_from_media
+from fcp_data.planner import Cluster, CostModel, VisionWork, plan_global_batch, score_plan
+from fcp_data.vision import get_rule, vision_work_from_media
 
 VIDEO = ("msrvtt", "internvid", "openvid")
 DEVICES = (("h200", 8), ("ascend-910c", 16))
@@ -120,18 +117,20 @@ def run_cell(
 def run_grid(args: argparse.Namespace) -> list[dict]:
     rows = []
     profiles = ("internvid",) if args.quick else VIDEO
-    sizes = (16, 64) if args.quick else (16, 32, 64)
-    caps = (8192, 16384, 32768)
+    sizes = (16,) if args.quick else (16, 32, 64)
+    caps = (16384,) if args.quick else (8192, 16384, 32768)
+    devices = DEVICES[:1] if args.quick else DEVICES
+    batch = 64 if args.quick else 512
     strategies = ["fcp", "static-balanced", "static", "pow2"]
-    if not args.no_megatron:
+    if not (args.no_megatron or args.quick):  # quick: no megatron-core (a 4 s import)
         strategies.append("megatron-hybrid")
     for profile, n, cap, (device, rpn), size, seed in itertools.product(
-        profiles, sizes, caps, DEVICES, ("large", "small"), range(args.seeds)
+        profiles, sizes, caps, devices, ("large", "small"), range(args.seeds)
     ):
         model = MODELS[size]
         cost = CostModel.from_model(model, device)
         cluster = Cluster(n, replicas_per_node=rpn, tokens_per_replica=cap)
-        lens, work = draw_batch(profile, RULE_OF[model], 512, seed)
+        lens, work = draw_batch(profile, RULE_OF[model], batch, seed)
         row = {"profile": profile, "n": n, "cap": cap, "device": device, "model": model}
         row |= {"seed": seed, **run_cell(lens, work, cluster, cost, strategies)}
         row["ratio"] = row["blind"] / row["aware"]
@@ -193,23 +192,18 @@ def summarise(rows: list[dict], console: Console) -> dict:
     return summary
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--quick", action="store_true", help="internvid only, N in {16, 64}")
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser(__doc__)
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--no-megatron", action="store_true", help="skip megatron-core's scheduler")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/vision_planning.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     warnings.filterwarnings("ignore", category=UserWarning)
-    console = Console(width=170)
     rows = run_grid(args)
-    summary = summarise(rows, console)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, default=float))
-    console.print(f"wrote {args.out}")
+    summary = summarise(rows, console())
+    payload = {"summary": summary, "rows": rows}
+    write_json(out_path(args, "vision_planning"), payload, quick=args.quick)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -128,7 +128,7 @@ def fcp_worker(
 
     from fcp_data.inmemory import InMemoryBatch, shard_batch
     from fcp_data.planner import Cluster, CostModel
-    from fcp_data.profiling import shipped_profile
+    from fcp_data.profiles import shipped_profile
     from fcp_exec import (
         CPGroupCache,
         ReplicaRanks,
@@ -273,7 +273,7 @@ def compare(got: dict, ref: dict) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run both, print them and their differences; returns {differences, "fcp", "reference"}."""
-    from fcp_exec.launch import run_group
+    from fcp.profiling.spawn import run_group
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--replicas", type=int, default=3, help="gloo processes, one per replica")

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from fcp_data.planner import Cluster, CostModel, generate_lengths
-from fcp_data.profiling import resolve_cost
+from fcp_data.profiles import resolve_cost
 from fcp_data.viewer import batch_from_index, batch_from_lengths, summarize, view
 
 

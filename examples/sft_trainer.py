@@ -84,7 +84,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def load_cost(spec: str) -> Any:
     """--cost: MODEL@HARDWARE of the analytic presets, else a profile file or shipped name."""
     from fcp_data.planner import CostModel
-    from fcp_data.profiling import resolve_cost
+    from fcp_data.profiles import resolve_cost
 
     if "@" in spec and not Path(spec).exists():
         return CostModel.from_model(*spec.split("@", 1))

@@ -85,7 +85,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def load_cost(spec: str) -> object:
     """--cost: a profile file or shipped name, else MODEL@HARDWARE of the analytic presets."""
     from fcp_data.planner import CostModel
-    from fcp_data.profiling import resolve_cost
+    from fcp_data.profiles import resolve_cost
 
     if "@" in spec and not Path(spec).exists():
         model, _, hardware = spec.partition("@")

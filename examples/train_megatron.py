@@ -108,7 +108,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def load_cost(spec: str) -> object:
     """--cost: a profile file or shipped name, else MODEL@HARDWARE of the analytic presets."""
     from fcp_data.planner import CostModel
-    from fcp_data.profiling import resolve_cost
+    from fcp_data.profiles import resolve_cost
 
     if "@" in spec and not Path(spec).exists():
         model, _, hardware = spec.partition("@")
@@ -187,7 +187,7 @@ def build_model(args: argparse.Namespace, device: torch.device,
     from megatron.core.models.gpt import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from fcp_data.profiling import SHAPES
+    from fcp.profiling import SHAPES
     from fcp_exec.megatron import fcp_gpt_spec, fcp_process_groups, keep_rotary_on_cpu
 
     s = SHAPES["cpu-small"]

@@ -8,7 +8,7 @@
     python examples/train_vlm.py --steps 2 --checkpoint ckpt && \
         python examples/train_vlm.py --steps 1 --resume ckpt          # continues at step 3
 
-The job is `fcp_exec.demo.vlm` (what `fcp demo` runs as its step 4); per micro-batch it does:
+The job is `fcp.demo.vlm` (what `fcp demo` runs as its step 4); per micro-batch it does:
 
     with cp_context(mb.rank_plan, groups=cache, wave_groups=mb.wave_groups) as cp:
         embeds = lm.embed_tokens(mb.tokens)
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import sys
 
-from fcp_exec.demo.vlm import main
+from fcp.demo.vlm import main
 
 if __name__ == "__main__":
     sys.exit(main())

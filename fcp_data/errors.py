@@ -7,8 +7,13 @@ the builtins keeps working. Messages name the bad value, what is allowed and how
 
     FCPError
     ├── ConfigError (ValueError)          an option or argument out of range, a missing extra
-    │   └── MissingDependencyError (ImportError)
+    │   ├── MissingDependencyError (ImportError)
+    │   ├── ArgumentTypeError (TypeError)     an argument of the wrong type
+    │   ├── OutOfRangeError (IndexError)      a batch, sample or row index past the end
+    │   └── MissingFileError (FileNotFoundError)  a path or shard spec that names nothing
     ├── SampleError (ValueError)          one bad sample: shard, key, reason
+    ├── MemberError (ValueError)          one member's bytes or fields (a sidecar, an image, a
+    │                                     video, chat JSON) before its shard and key are known
     ├── DataError (RuntimeError)          a dataset-level fault: too many failures, lost shard data
     ├── StaleIndexError (RuntimeError)    shards changed since the index was built
     ├── IndexMismatchError (ValueError)   index built with another rule / tokenizer, corrupt arrays
@@ -20,12 +25,16 @@ the builtins keeps working. Messages name the bad value, what is allowed and how
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentTypeError",
     "ConfigError",
     "DataError",
     "ExecError",
     "FCPError",
     "IndexMismatchError",
+    "MemberError",
     "MissingDependencyError",
+    "MissingFileError",
+    "OutOfRangeError",
     "PlanningError",
     "SampleError",
     "StaleIndexError",
@@ -43,6 +52,27 @@ class ConfigError(FCPError, ValueError):
 
 class MissingDependencyError(ConfigError, ImportError):
     """An optional package a feature needs is not installed; the message names the extra."""
+
+
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument of the wrong type (a dict where a Cluster goes); still a TypeError, so code
+    that checks types the builtin way keeps working."""
+
+
+class OutOfRangeError(ConfigError, IndexError):
+    """An index past the end (a batch of an epoch, a sample of an index, a row of a file); an
+    IndexError too, so sequence iteration by `__getitem__` still stops where it should."""
+
+
+class MissingFileError(ConfigError, FileNotFoundError):
+    """A path or shard spec that names no file; a FileNotFoundError too, for callers that test
+    for a missing file the builtin way."""
+
+
+class MemberError(FCPError, ValueError):
+    """One member of a sample whose bytes or fields are not usable (a sidecar field that is not
+    a number, an image that does not decode, chat JSON of the wrong shape). Raised where the
+    shard and key are not known: the reader that knows them counts it as a skip or names it."""
 
 
 class SampleError(FCPError, ValueError):

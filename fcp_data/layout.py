@@ -1,7 +1,7 @@
 """The THD zigzag layout contract: how a CP group of degree d pads and splits each sequence.
 
-One definition read by both sides: the planner's memory check (`planner.cost`,
-`planner.problem`, `planner.bounds`, the compiled `kernels.core.shard_tokens`), the collator
+One definition read by both sides: the planner's memory check (`planner.cost.model`,
+`planner.cost.problem`, `planner.bounds`, the compiled `kernels.core.shard_tokens`), the collator
 (`collate.zigzag`, `collate.pack`) and the ring attention schedule (`fcp_exec.layout`).
 
 A sequence of L tokens run by a degree-d group is padded to a multiple of 2d (Transformer

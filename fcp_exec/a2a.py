@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from fcp_data.errors import ConfigError
+
 __all__ = ["A2AComm"]
 
 
@@ -28,7 +30,7 @@ class A2AComm:
         self.size = len(self.members)
         self.rank = dist.get_rank() if dist.is_initialized() else self.members[0]
         if self.rank not in self.members:
-            raise ValueError(
+            raise ConfigError(
                 f"all-to-all block {self.members} does not contain global rank {self.rank}"
             )
         self.index = self.members.index(self.rank)
@@ -39,13 +41,13 @@ class A2AComm:
         self._on_device: dict[torch.device, torch.Tensor] = {}
         if self.size > 1:
             if group is None or not dist.is_initialized():
-                raise ValueError(
+                raise ConfigError(
                     f"an all-to-all block of {self.size} members needs its process group "
                     "(CPGroupCache.get(block ranks)) and torch.distributed"
                 )
             ranks = tuple(dist.get_process_group_ranks(group))
             if sorted(ranks) != sorted(self.members):
-                raise ValueError(
+                raise ConfigError(
                     f"the process group holds global ranks {ranks} but the block is "
                     f"{self.members}; pass the block's own group"
                 )
@@ -56,7 +58,7 @@ class A2AComm:
     def exchange(self, send: torch.Tensor) -> torch.Tensor:
         """send [u, ...] (slice m for member m) -> recv [u, ...] (slice m from member m)."""
         if send.shape[0] != self.size:
-            raise ValueError(f"send has {send.shape[0]} slices for a block of {self.size}")
+            raise ConfigError(f"send has {send.shape[0]} slices for a block of {self.size}")
         if self.size == 1:
             return send
         perm = self._device_perm(send.device)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fcp_data.errors import ConfigError
 from fcp_exec.kernels import AttentionKernel, KernelChoice
 from fcp_exec.layout import ShardLayout
 from fcp_exec.ring import RingComm
@@ -112,9 +113,13 @@ def _local(
     lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
     for c in calls:
         o, m = kernel.forward(
-            _take(q, c.q_rows), _take(k, c.k_rows), _take(v, c.k_rows), c.seg,
-            causal=c.causal, scale=scale,
-        )  # fmt: skip
+            _take(q, c.q_rows),
+            _take(k, c.k_rows),
+            _take(v, c.k_rows),
+            c.seg,
+            causal=c.causal,
+            scale=scale,
+        )
         _write_rows(out, c.q_rows, o)
         _write_rows(lse, c.q_rows, m, dim=1)
     return out, lse
@@ -145,9 +150,13 @@ class _RingAttention(torch.autograd.Function):
                 for c in sched.steps[step]:
                     held = _take(kv, c.k_rows, 1)
                     o, m = kernel.forward(
-                        _take(q, c.q_rows), held[0], held[1], c.seg, causal=c.causal,
+                        _take(q, c.q_rows),
+                        held[0],
+                        held[1],
+                        c.seg,
+                        causal=c.causal,
                         scale=scale,
-                    )  # fmt: skip
+                    )
                     if step == 0:  # step 0 covers every row once: nothing to merge yet
                         _write_rows(acc, c.q_rows, o)
                         _write_rows(lse, c.q_rows, m, dim=1)
@@ -172,15 +181,24 @@ class _RingAttention(torch.autograd.Function):
         sched, comm, kernel, scale = ctx.fcp
         dout = dout.to(q.dtype)
         if sched.degree == 1:
-            return (*_local_backward(dout, q, k, v, out, lse, sched.steps[0], kernel, scale),
-                    None, None, None, None)  # fmt: skip
+            return (
+                *_local_backward(dout, q, k, v, out, lse, sched.steps[0], kernel, scale),
+                None,
+                None,
+                None,
+                None,
+            )
         side: dict[int, tuple[torch.Tensor, ...]] = {}  # a call's Q-side rows, gathered once
 
         def run(c: Call, held: torch.Tensor) -> tuple[torch.Tensor, ...]:
             if id(c) not in side:
                 r = c.q_rows
-                side[id(c)] = (_take(dout, r), _take(q, r), _take(out, r),
-                               _take(lse, r, 1).contiguous())  # fmt: skip
+                side[id(c)] = (
+                    _take(dout, r),
+                    _take(q, r),
+                    _take(out, r),
+                    _take(lse, r, 1).contiguous(),
+                )
             g_out, qq, oo, ll = side[id(c)]
             kk = _take(held, c.k_rows, 1)
             return kernel.backward(
@@ -242,9 +260,16 @@ def _local_backward(
     for c in calls:
         r, kr = c.q_rows, c.k_rows
         gq, gk, gv = kernel.backward(
-            _take(dout, r), _take(q, r), _take(k, kr), _take(v, kr), _take(out, r),
-            _take(lse, r, 1).contiguous(), c.seg, causal=c.causal, scale=scale,
-        )  # fmt: skip
+            _take(dout, r),
+            _take(q, r),
+            _take(k, kr),
+            _take(v, kr),
+            _take(out, r),
+            _take(lse, r, 1).contiguous(),
+            c.seg,
+            causal=c.causal,
+            scale=scale,
+        )
         _write_rows(dq, r, gq)
         _write_rows(dk, kr, gk)
         _write_rows(dv, kr, gv)
@@ -255,17 +280,17 @@ def check_qkv_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """ValueError unless q, k, v are [T_local, heads, head_dim] with k, v alike, matching q in
     tokens and head_dim, and H a multiple of H_kv (shared by every transport's entry point)."""
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-        raise ValueError(
+        raise ConfigError(
             f"q, k, v must be [T_local, heads, head_dim]; got {tuple(q.shape)}, "
             f"{tuple(k.shape)}, {tuple(v.shape)}"
         )
     if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
-        raise ValueError(
+        raise ConfigError(
             f"k {tuple(k.shape)} and v {tuple(v.shape)} must match each other and q "
             f"{tuple(q.shape)} in tokens and head_dim"
         )
     if q.shape[1] % k.shape[1]:
-        raise ValueError(
+        raise ConfigError(
             f"H={q.shape[1]} query heads is not a multiple of H_kv={k.shape[1]} key/value "
             "heads; GQA needs num_attention_heads % num_query_groups == 0"
         )
@@ -284,7 +309,7 @@ def resolve_layout(
     it does not describe a shard of `num_tokens` rows."""
     if layout is None:
         if cu_seqlens is None or cu_seqlens_padded is None:
-            raise ValueError(
+            raise ConfigError(
                 "pass the micro-batch's layout= (ShardLayout, built once per micro-batch) or "
                 "its cu_seqlens and cu_seqlens_padded"
             )
@@ -292,7 +317,7 @@ def resolve_layout(
     elif layout.degree != degree:
         layout = layout.with_degree(degree)
     if layout.num_local_tokens != num_tokens:
-        raise ValueError(
+        raise ConfigError(
             f"q has {num_tokens} tokens but cu_seqlens_padded[-1] / degree {degree} = "
             f"{layout.num_local_tokens}: pass this rank's shard and the cumulative lengths of "
             "the unsharded, padded sequences"

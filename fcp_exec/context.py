@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
+from fcp_data.errors import ConfigError, ExecError
 from fcp_exec.groups import CPGroupCache, wave_specs
 from fcp_exec.runtime import ExecRuntime
 from fcp_exec.verify import DEFAULT_VERIFY_TIMEOUT_S, RingFingerprint, verify_ring
@@ -98,7 +99,7 @@ class CPBinding:
     def ring(self) -> tuple[int, ...]:
         """The global ranks of the ring (u = 1 only); RuntimeError for a hybrid transport."""
         if self.ulysses != 1:
-            raise RuntimeError(
+            raise ExecError(
                 f"this CP group runs the hybrid transport u={self.ulysses} x "
                 f"r={self.ring_degree} (all-to-all over heads, then a ring): "
                 "ring_attention(ring=cp.ring) would attend over the wrong shards. Call "
@@ -126,24 +127,31 @@ class CPBinding:
         d = len(members)
         check_transport(d, ulysses)
         if not 0 <= index < d:
-            raise ValueError(f"index={index} outside the group of {d} members {members}")
+            raise ConfigError(f"index={index} outside the group of {d} members {members}")
         j, m = divmod(index, ulysses)
         if ring_group is None and ulysses == 1:
             ring_group = group
         return cls(
-            rank_plan, members, index, group, tp_cp_group, ulysses,
+            rank_plan,
+            members,
+            index,
+            group,
+            tp_cp_group,
+            ulysses,
             ring_ranks=members[m::ulysses],
             a2a_ranks=members[j * ulysses : (j + 1) * ulysses],
-            a2a_group=a2a_group, ring_group=ring_group, runtime=runtime,
-        )  # fmt: skip
+            a2a_group=a2a_group,
+            ring_group=ring_group,
+            runtime=runtime,
+        )
 
 
 def check_transport(degree: int, ulysses: int) -> None:
     """ValueError unless 1 <= u and u divides the degree (checked before any collective)."""
     if isinstance(ulysses, bool) or not isinstance(ulysses, int) or ulysses < 1:
-        raise ValueError(f"ulysses={ulysses!r} must be an integer >= 1")
+        raise ConfigError(f"ulysses={ulysses!r} must be an integer >= 1")
     if degree % ulysses:
-        raise ValueError(
+        raise ConfigError(
             f"ulysses={ulysses} does not divide the CP degree {degree}: the hybrid transport "
             "needs degree = u * r; the plan is corrupt (CPGroup.ulysses must divide degree)"
         )
@@ -186,14 +194,14 @@ def cp_context(
         yield CPBinding.of((rank,), 0, rank_plan=rank_plan, runtime=groups.runtime)
         return
     if len(rank_plan.group_replicas) != rank_plan.degree:
-        raise ValueError(
+        raise ConfigError(
             f"RankPlan for replica {rank_plan.replica} has degree {rank_plan.degree} but "
             f"group_replicas {rank_plan.group_replicas}; the plan is corrupt"
         )
     check_transport(rank_plan.degree, rank_plan.ulysses)  # local, before any collective
     replica = groups.ranks.position(rank)[0]
     if replica != rank_plan.replica:
-        raise ValueError(
+        raise ConfigError(
             f"global rank {rank} is replica {replica} but got the RankPlan of replica "
             f"{rank_plan.replica}; pass plan.for_replica({replica}, wave)"
         )
@@ -218,9 +226,16 @@ def cp_context(
             "wave_ulysses=mb.wave_ulysses), or prepare_plan(plan), not bare replica tuples"
         ) from None
     binding = CPBinding.of(
-        ring, index, ulysses=u, group=group, a2a_group=a2a, rank_plan=rank_plan,
-        tp_cp_group=tp_cp, ring_group=ring_group, runtime=groups.runtime,
-    )  # fmt: skip
+        ring,
+        index,
+        ulysses=u,
+        group=group,
+        a2a_group=a2a,
+        rank_plan=rank_plan,
+        tp_cp_group=tp_cp,
+        ring_group=ring_group,
+        runtime=groups.runtime,
+    )
     ps = _parallel_state()
     if ps is None:
         yield binding

@@ -4,7 +4,7 @@ After a step on an in-memory batch (`fcp_data.inmemory.shard_batch`) each replic
 micro-batch, an output for every slot of its zigzag shard: log-probs, values, entropies,
 per-token losses. RL needs them per original sequence (old log-probs for the next update,
 values for GAE, ...). Two functions put them back, both the exact inverse of the sharding
-(`fcp_data.inmemory.unshard_group`), padding dropped, one tensor [L, ...] per sequence:
+(`fcp_data.collate.unshard.unshard_group`), padding dropped, one tensor [L, ...] per sequence:
 
 - `gather_sequences`: within each CP group. The members of a group all-gather their shards
   on the group's own process group (the one `cp_context` bound; degree 1 needs none), so the
@@ -246,7 +246,7 @@ def gather_sequences(
     same on every member of the group. COLLECTIVE: one header all-gather over the data-parallel
     domain (unless check=False), then per wave one all-gather on this replica's CP group (d > 1).
     """
-    from fcp_data.inmemory import unshard_group
+    from fcp_data.collate.unshard import unshard_group
 
     _check_replica(sharded, groups)
     if check:
@@ -304,7 +304,7 @@ def all_gather_sequences(
     COLLECTIVE over that domain: one header all-gather and one all-gather of every replica's
     outputs (all waves, padded to the largest replica's token count from the plan).
     """
-    from fcp_data.inmemory import local_num_tokens, unshard_replicas
+    from fcp_data.collate.unshard import local_num_tokens, unshard_replicas
 
     _check_replica(sharded, groups)
     if group is None and groups is not None:

@@ -68,7 +68,7 @@ class ReplicaRanks:
 
     def global_rank(self, replica: int, tp_rank: int = 0, pp_rank: int = 0) -> int:
         if not 0 <= replica < self.num_replicas:
-            raise ValueError(f"replica={replica} outside [0, {self.num_replicas})")
+            raise ConfigError(f"replica={replica} outside [0, {self.num_replicas})")
         tp = self.tensor_parallel
         return tp_rank + tp * replica + tp * self.num_replicas * pp_rank
 
@@ -139,7 +139,7 @@ def wave_specs(
     if not wave_ulysses:
         return [tuple(int(r) for r in g) for g in wave_groups]
     if len(wave_ulysses) != len(wave_groups):
-        raise ValueError(
+        raise ConfigError(
             f"wave_ulysses has {len(wave_ulysses)} entries for {len(wave_groups)} wave groups: "
             "pass the micro-batch's own wave_groups and wave_ulysses together"
         )

@@ -94,11 +94,13 @@ def fcp_ring_attention_forward(
     cu_p, causal = kwargs["fcp_cu_seqlens_padded"], kwargs.get("fcp_causal", True)
     layout = kwargs.get("fcp_layout")  # built once per micro-batch: no host sync per layer
     if binding is not None:  # the bound transport: ring (u = 1) or hybrid u x r
-        out = cp_attention(q, k, v, cu, cu_p, binding=binding, causal=causal,
-                           softmax_scale=scaling, layout=layout)  # fmt: skip
+        out = cp_attention(
+            q, k, v, cu, cu_p, binding=binding, causal=causal, softmax_scale=scaling, layout=layout
+        )
     else:  # an explicit ring from older callers (u = 1 by construction)
-        out = ring_attention(q, k, v, cu, cu_p, ring=ring, causal=causal, softmax_scale=scaling,
-                             layout=layout)  # fmt: skip
+        out = ring_attention(
+            q, k, v, cu, cu_p, ring=ring, causal=causal, softmax_scale=scaling, layout=layout
+        )
     return out[None], None
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from fcp_data import layout as contract
+from fcp_data.errors import ConfigError
 from fcp_exec.schedule import RingSchedule, build_schedule
 
 __all__ = ["Block", "ShardLayout", "local_token_index", "step_blocks"]
@@ -50,7 +51,9 @@ class Block:
 def _as_list(name: str, t: torch.Tensor | Sequence[int]) -> list[int]:
     if isinstance(t, torch.Tensor):
         if t.dim() != 1:
-            raise ValueError(f"{name} must be 1-D (num_sequences + 1,), got shape {tuple(t.shape)}")
+            raise ConfigError(
+                f"{name} must be 1-D (num_sequences + 1,), got shape {tuple(t.shape)}"
+            )
         return [int(x) for x in t.tolist()]
     return [int(x) for x in t]
 
@@ -85,27 +88,27 @@ class ShardLayout:
         causal: bool | Sequence[bool] | torch.Tensor = True,
     ) -> ShardLayout:
         if degree < 1:
-            raise ValueError(f"degree={degree}: a ring needs at least one member")
+            raise ConfigError(f"degree={degree}: a ring needs at least one member")
         cu = _as_list("cu_seqlens", cu_seqlens)
         cup = _as_list("cu_seqlens_padded", cu_seqlens_padded)
         if len(cu) != len(cup) or len(cu) < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"cu_seqlens has {len(cu)} entries and cu_seqlens_padded {len(cup)}: both must "
                 "be num_sequences + 1 >= 2 cumulative offsets of the same sequences"
             )
         if cu[0] != 0 or cup[0] != 0:
-            raise ValueError(f"cu_seqlens must start at 0, got {cu[0]} and {cup[0]} (padded)")
+            raise ConfigError(f"cu_seqlens must start at 0, got {cu[0]} and {cup[0]} (padded)")
         lens = [b - a for a, b in itertools.pairwise(cu)]
         pads = [b - a for a, b in itertools.pairwise(cup)]
         chunks = contract.num_chunks(degree)
         for j, (n, p) in enumerate(zip(lens, pads)):
             if n < 0 or p < n:
-                raise ValueError(
+                raise ConfigError(
                     f"sequence {j}: real length {n} and padded length {p}; cu_seqlens must be "
                     "non-decreasing and each padded length >= the real length"
                 )
             if p % chunks:
-                raise ValueError(
+                raise ConfigError(
                     f"sequence {j}: padded length {p} is not a multiple of 2*degree={chunks}; "
                     f"pad each sequence to a multiple of {chunks} (TE THD CP layout)"
                 )
@@ -113,7 +116,7 @@ class ShardLayout:
             causal = [bool(c) for c in causal.tolist()]
         flags = (bool(causal),) * len(lens) if isinstance(causal, bool) else tuple(causal)
         if len(flags) != len(lens):
-            raise ValueError(
+            raise ConfigError(
                 f"causal has {len(flags)} flags for {len(lens)} sequences: pass a bool or one "
                 "flag per sequence"
             )
@@ -201,7 +204,7 @@ def local_token_index(
     shard tokens, labels and position ids the same way ring attention expects.
     """
     if not 0 <= index < degree:
-        raise ValueError(f"index={index} is outside [0, degree={degree})")
+        raise ConfigError(f"index={index} is outside [0, degree={degree})")
     cup = _as_list("cu_seqlens_padded", cu_seqlens_padded)
     parts: list[torch.Tensor] = []
     for a, b in itertools.pairwise(cup):

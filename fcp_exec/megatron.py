@@ -31,6 +31,7 @@ from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from fcp_data.errors import ConfigError, ExecError
 from fcp_exec.attention import ring_attention
 from fcp_exec.context import FCP_BINDING_ATTR
 from fcp_exec.layout import ShardLayout
@@ -63,7 +64,7 @@ class ActiveCPGroup:
     def _group(self) -> torch.distributed.ProcessGroup:
         group = parallel_state.get_context_parallel_group(check_initialized=False)
         if group is None:
-            raise RuntimeError(
+            raise ExecError(
                 "no context-parallel group is bound: run the model inside "
                 "fcp_exec.cp_context(rank_plan, groups=...) after initialize_model_parallel"
             )
@@ -157,7 +158,7 @@ class TorchNorm:
         elif kind == "LayerNorm":
             norm = torch.nn.LayerNorm(hidden_size, eps=eps)
         else:
-            raise ValueError(f"normalization={kind!r}: TorchNorm has LayerNorm and RMSNorm")
+            raise ConfigError(f"normalization={kind!r}: TorchNorm has LayerNorm and RMSNorm")
         for p in norm.parameters():
             p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
         return norm
@@ -187,8 +188,6 @@ def fcp_gpt_spec(config: TransformerConfig, *, vp_stage: int | None = None) -> A
             if any(getattr(holder, name) is norm for norm in norms):
                 setattr(holder, name, TorchNorm)
     if vp_stage is not None:
-        from fcp_data.errors import ConfigError
-
         raise ConfigError(
             f"vp_stage={vp_stage}: fcp does not support virtual pipeline stages (see "
             "check_layout); build one stage per pipeline rank (vp_stage=None)"
@@ -207,8 +206,6 @@ def check_layout(config: TransformerConfig, cluster: Any, ranks: Any) -> None:
     megatron initialised with context_parallel_size > 1 would shrink the data-parallel group
     fcp's gradient sum runs over.
     """
-    from fcp_data.errors import ConfigError
-
     tp, pp = config.tensor_model_parallel_size, config.pipeline_model_parallel_size
     pairs = [
         ("tensor_parallel", tp, cluster.tensor_parallel, ranks.tensor_parallel),
@@ -232,8 +229,10 @@ def check_layout(config: TransformerConfig, cluster: Any, ranks: Any) -> None:
             f"(TP={tp} x PP={pp}) = {ranks.num_replicas} replicas; plan for the replicas you run"
         )
     groups = config.num_query_groups or config.num_attention_heads
-    for what, heads in (("num_attention_heads", config.num_attention_heads),
-                        ("num_query_groups", groups)):  # fmt: skip
+    for what, heads in (
+        ("num_attention_heads", config.num_attention_heads),
+        ("num_query_groups", groups),
+    ):
         if heads % tp:
             raise ConfigError(
                 f"TP={tp} does not divide {what}={heads}: every TP rank needs whole heads; "
@@ -256,8 +255,10 @@ def check_layout(config: TransformerConfig, cluster: Any, ranks: Any) -> None:
             "context-parallel size 1; fcp binds each wave's CP group itself"
         )
     if parallel_state.model_parallel_is_initialized():
-        state = (parallel_state.get_tensor_model_parallel_world_size(),
-                 parallel_state.get_pipeline_model_parallel_world_size())  # fmt: skip
+        state = (
+            parallel_state.get_tensor_model_parallel_world_size(),
+            parallel_state.get_pipeline_model_parallel_world_size(),
+        )
         if state != (tp, pp):
             raise ConfigError(
                 f"megatron's parallel_state was initialised with (TP, PP) = {state} but the "
@@ -320,13 +321,13 @@ class FCPCoreAttention(MegatronModule):
         super().__init__(config=config)
         dropout = config.attention_dropout if attention_dropout is None else attention_dropout
         if dropout:
-            raise ValueError(
+            raise ConfigError(
                 f"attention_dropout={dropout}: FCP ring attention is exact and has no dropout; "
                 "set TransformerConfig(attention_dropout=0.0)"
             )
         window = getattr(config, "window_size", None)
         if window is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"window_size={window}: FCPCoreAttention computes exact full causal attention "
                 "over each sequence, without a sliding window; set TransformerConfig("
                 "window_size=None)"
@@ -349,13 +350,13 @@ class FCPCoreAttention(MegatronModule):
         packed_seq_params: PackedSeqParams | None = None,
     ) -> torch.Tensor:
         if packed_seq_params is None or packed_seq_params.qkv_format != "thd":
-            raise ValueError(
+            raise ConfigError(
                 "FCPCoreAttention needs packed THD micro-batches: pass "
                 "packed_seq_params=FCPPackedSeqParams(qkv_format='thd', cu_seqlens_q=..., "
                 "cu_seqlens_q_padded=..., ...) to the model"
             )
         if attention_bias is not None:
-            raise ValueError("FCPCoreAttention does not support attention_bias (got a tensor)")
+            raise ConfigError("FCPCoreAttention does not support attention_bias (got a tensor)")
         mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
         causal: Any = None
         layout: ShardLayout | None = None
@@ -372,13 +373,27 @@ class FCPCoreAttention(MegatronModule):
         binding = getattr(parallel_state, FCP_BINDING_ATTR, None)
         if binding is not None and list(binding.members) == list(ring):
             out = cp_attention(  # what cp_context bound: ring or hybrid u x r
-                query, key, value, cu, cu_padded, binding=binding, causal=causal,
-                softmax_scale=self.softmax_scale, layout=layout,
-            )  # fmt: skip
+                query,
+                key,
+                value,
+                cu,
+                cu_padded,
+                binding=binding,
+                causal=causal,
+                softmax_scale=self.softmax_scale,
+                layout=layout,
+            )
         else:  # CP groups set without cp_context: a ring over megatron's CP ranks
             out = ring_attention(
-                query, key, value, cu, cu_padded, ring=ring, causal=causal,
-                softmax_scale=self.softmax_scale, layout=layout,
+                query,
+                key,
+                value,
+                cu,
+                cu_padded,
+                ring=ring,
+                causal=causal,
+                softmax_scale=self.softmax_scale,
+                layout=layout,
                 group=parallel_state.get_context_parallel_group(check_initialized=False),
-            )  # fmt: skip
+            )
         return out.reshape(out.shape[0], -1)

@@ -138,9 +138,15 @@ class FCPTEDotProductAttention(TEDotProductAttention):
         base.set_context_parallel_group(group, ranks, stream, comm_type)
         try:
             return super().forward(
-                query, key, value, attention_mask, attn_mask_type, attention_bias,
-                packed_seq_params, **kwargs,
-            )  # fmt: skip
+                query,
+                key,
+                value,
+                attention_mask,
+                attn_mask_type,
+                attention_bias,
+                packed_seq_params,
+                **kwargs,
+            )
         finally:
             base.set_context_parallel_group(*saved)
 

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fcp_data.errors import ConfigError, ExecError
+
 __all__ = ["Overlap", "RingComm", "validate_ring"]
 
 
@@ -36,12 +38,12 @@ def validate_ring(ring: Sequence[int], rank: int) -> tuple[int, ...]:
     """The ring as a tuple, or a ValueError naming what is wrong and how to fix it."""
     members = tuple(int(r) for r in ring)
     if not members:
-        raise ValueError("ring is empty: pass the global ranks of the CP group in ring order")
+        raise ConfigError("ring is empty: pass the global ranks of the CP group in ring order")
     if len(set(members)) != len(members):
         dup = sorted({r for r in members if members.count(r) > 1})
-        raise ValueError(f"ring {members} lists ranks {dup} more than once; each member once")
+        raise ConfigError(f"ring {members} lists ranks {dup} more than once; each member once")
     if rank not in members:
-        raise ValueError(
+        raise ConfigError(
             f"ring {members} does not contain this process (global rank {rank}); pass the ring "
             "of this rank's CP group (RankPlan.group_replicas mapped to global ranks)"
         )
@@ -99,20 +101,20 @@ class RingComm:
         self._device: torch.device | None = None
         if self.size > 1:
             if not dist.is_initialized():
-                raise RuntimeError(
+                raise ExecError(
                     f"a ring of {self.size} members needs torch.distributed; call "
                     "torch.distributed.init_process_group first"
                 )
             if group is not None:
                 held = sorted(dist.get_process_group_ranks(group))
                 if held != sorted(self.ring):
-                    raise ValueError(
+                    raise ConfigError(
                         f"the process group holds global ranks {held} but the ring is "
                         f"{self.ring}; pass the CP group of this ring (CPGroupCache.get(ring))"
                     )
             self._backend = dist.get_backend(group)
         if stream is not None and stream_api is None:
-            raise ValueError("stream= needs stream_api= (torch.cuda or torch.npu)")
+            raise ConfigError("stream= needs stream_api= (torch.cuda or torch.npu)")
 
     def _post(self, send: torch.Tensor, buf: torch.Tensor, tag: int) -> list[dist.Work]:
         if self._backend == "gloo":

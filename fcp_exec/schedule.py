@@ -183,10 +183,17 @@ def build_schedule(
                 q_rows, cu_q = _ranges([(a, n) for a, n, _, _ in pieces], total)
                 k_rows, cu_k = _ranges([(a, n) for _, _, a, n in pieces], total)
                 i32 += [cu_q, cu_k]
-                specs.append((flag, _put(q_rows, i64), _put(k_rows, i64), len(i32) - 2,
-                              len(i32) - 1))  # fmt: skip
-                host.append((tuple(cu_q), tuple(cu_k), max(n for _, n, _, _ in pieces),
-                             max(n for _, _, _, n in pieces)))  # fmt: skip
+                specs.append(
+                    (flag, _put(q_rows, i64), _put(k_rows, i64), len(i32) - 2, len(i32) - 1)
+                )
+                host.append(
+                    (
+                        tuple(cu_q),
+                        tuple(cu_k),
+                        max(n for _, n, _, _ in pieces),
+                        max(n for _, _, _, n in pieces),
+                    )
+                )
                 memo[key] = len(specs) - 1
             ids.append(memo[key])
         steps_ids.append(ids)

@@ -42,13 +42,17 @@ def ring_comm(ranks: Sequence[int], binding: Any, device: torch.device) -> RingC
     runtime = getattr(binding, "runtime", None)
     stream, api = runtime.comm_stream(device) if runtime is not None else (None, None)
     return RingComm(
-        ranks, group=getattr(binding, "ring_group", None), stream=stream, stream_api=api,
+        ranks,
+        group=getattr(binding, "ring_group", None),
+        stream=stream,
+        stream_api=api,
         timing=bool(runtime is not None and runtime.timing),
-    )  # fmt: skip
+    )
 
 
-def _agree_on_shape(binding: Any, q: torch.Tensor, k: torch.Tensor, layout: ShardLayout,
-                    runtime: Any) -> None:  # fmt: skip
+def _agree_on_shape(
+    binding: Any, q: torch.Tensor, k: torch.Tensor, layout: ShardLayout, runtime: Any
+) -> None:
     """Before the first transfer of a group, its members agree on the block shape (one small
     all-gather per group and block kind for the job: remembered by the runtime, else per
     micro-batch on its layout); a disagreement raises on every member, none hangs."""
@@ -103,6 +107,7 @@ def cp_attention(
         lambda: A2AComm(binding.a2a_ranks, binding.a2a_group),
     )
     ring = ring_comm(binding.ring_ranks, binding, q.device)
-    kern = resolve_kernel(kernel, (q.device, q.dtype, q.shape[2], q.shape[1] // u, kvm), lay,
-                          choice)  # fmt: skip
+    kern = resolve_kernel(
+        kernel, (q.device, q.dtype, q.shape[2], q.shape[1] // u, kvm), lay, choice
+    )
     return hybrid_attention(q, k, v, layout=lay, a2a=a2a, ring=ring, scale=scale, kernel=kern)

@@ -23,6 +23,8 @@ Per member and pack of N padded tokens: multiply the per-local-token figures by 
 
 from __future__ import annotations
 
+from fcp_data.errors import ConfigError
+
 __all__ = ["a2a_bytes_per_token", "hybrid_ring_bytes_per_token", "kv_heads_per_member"]
 
 _DKV_BYTES = 4  # dK/dV travel the ring in fp32 (fcp_exec.attention)
@@ -35,12 +37,12 @@ def kv_heads_per_member(kv_heads: int, ulysses: int) -> int:
     Raises ValueError when neither divides the other (a member's query heads would straddle
     two K/V heads with an uneven split)."""
     if kv_heads < 1 or ulysses < 1:
-        raise ValueError(f"kv_heads={kv_heads} and ulysses={ulysses} must both be >= 1")
+        raise ConfigError(f"kv_heads={kv_heads} and ulysses={ulysses} must both be >= 1")
     if kv_heads % ulysses == 0:
         return kv_heads // ulysses
     if ulysses % kv_heads == 0:
         return 1
-    raise ValueError(
+    raise ConfigError(
         f"ulysses={ulysses} and H_kv={kv_heads} key/value heads: one must divide the other "
         "(split K/V heads when u divides H_kv, replicate them when H_kv divides u); choose "
         "another u for this model"

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from fcp_data import layout as contract
+from fcp_data.errors import ConfigError
 from fcp_exec.a2a import A2AComm
 from fcp_exec.attention import _RingAttention
 from fcp_exec.kernels import AttentionKernel
@@ -56,13 +57,13 @@ def check_heads(heads: int, kv_heads: int, ulysses: int) -> int:
     The shapes are the model's, identical on every member of a group that runs the same model,
     so every member raises the same error before any collective."""
     if heads % ulysses:
-        raise ValueError(
+        raise ConfigError(
             f"ulysses={ulysses} does not divide H={heads} query heads (per replica, after TP): "
             "the all-to-all gives each block member H/u heads; plan this group with a u that "
             "divides the head count"
         )
     if heads % kv_heads:
-        raise ValueError(f"H={heads} query heads is not a multiple of H_kv={kv_heads}")
+        raise ConfigError(f"H={heads} query heads is not a multiple of H_kv={kv_heads}")
     return kv_heads_per_member(kv_heads, ulysses)
 
 
@@ -153,18 +154,22 @@ def hybrid_attention(
     t, heads, dim = q.shape
     kvm = check_heads(heads, k.shape[1], u)
     if layout.degree != d or layout.num_local_tokens != t:
-        raise ValueError(
+        raise ConfigError(
             f"q has {t} tokens at degree {d} but the layout is for degree {layout.degree} with "
             f"{layout.num_local_tokens} local tokens: pass this rank's shard of the degree-{d} "
             "layout"
         )
     layout_r = layout.with_degree(r)
     device = q.device
-    perm = layout.cached(("perm", u, device), lambda: _device_index(
-        block_token_index(_cumsum(layout.padded), d, u), device))  # fmt: skip
+    perm = layout.cached(
+        ("perm", u, device),
+        lambda: _device_index(block_token_index(_cumsum(layout.padded), d, u), device),
+    )
     if kvm * u != k.shape[1]:  # replicate: member m reads K/V head m // (u / H_kv)
-        rep = layout.cached(("rep", u, k.shape[1], device), lambda: _device_index(
-            torch.arange(u) // (u // k.shape[1]), device))  # fmt: skip
+        rep = layout.cached(
+            ("rep", u, k.shape[1], device),
+            lambda: _device_index(torch.arange(u) // (u // k.shape[1]), device),
+        )
         k, v = k.index_select(1, rep), v.index_select(1, rep)
     hq = heads // u
     qkv = torch.cat([x.reshape(t, u, -1, dim) for x in (q, k, v)], dim=2).reshape(

@@ -53,9 +53,16 @@ DEFAULT_VERIFY_TIMEOUT_S = 300.0
 
 # Order of the int64 row; "version" lets a newer fcp refuse to compare with an older one.
 FINGERPRINT_FIELDS = (
-    "version", "plan digest", "wave", "degree", "ring order", "sequence lengths",
-    "causal flags", "total tokens", "transport (ulysses)",
-)  # fmt: skip
+    "version",
+    "plan digest",
+    "wave",
+    "degree",
+    "ring order",
+    "sequence lengths",
+    "causal flags",
+    "total tokens",
+    "transport (ulysses)",
+)
 _VERSION = 2  # 2: the transport u joined the row
 _HASHED = {"plan digest", "ring order", "sequence lengths", "causal flags"}
 
@@ -129,8 +136,9 @@ class RingFingerprint:
         ]
 
     def describe(self) -> str:
-        lens = ", ".join(str(s) for s in self.seqlens[:8]) + (", ..." if len(self.seqlens) > 8
-                                                                else "")  # fmt: skip
+        lens = ", ".join(str(s) for s in self.seqlens[:8]) + (
+            ", ..." if len(self.seqlens) > 8 else ""
+        )
         flags = "".join("c" if c else "f" for c in self.causal[:16])
         return (
             f"wave {self.wave}, ring {self.ring}, seqlens ({lens}), causal {flags or '-'} "
@@ -234,12 +242,12 @@ def verify_block_shape(
     if len(members) <= 1 or not dist.is_initialized():
         return
     row = [heads, kv_heads, head_dim, _hash64(dtype)]
-    rows = _gather_rows(row, len(members), group, timeout_s,
-                        f"the block-shape check of CP group {tuple(members)}")  # fmt: skip
+    rows = _gather_rows(
+        row, len(members), group, timeout_s, f"the block-shape check of CP group {tuple(members)}"
+    )
     if any(r != rows[0] for r in rows):
         ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
-        told = "; ".join(f"rank {rk}: H={r[0]} H_kv={r[1]} D={r[2]}" for rk, r in
-                         zip(ranks, rows))  # fmt: skip
+        told = "; ".join(f"rank {rk}: H={r[0]} H_kv={r[1]} D={r[2]}" for rk, r in zip(ranks, rows))
         raise ShapeMismatchError(
             f"rank {dist.get_rank()}: members of CP group {tuple(members)} run attention blocks "
             f"of different shapes ({told}; this rank: {dtype}): every member must run the same "
@@ -283,8 +291,11 @@ def verify_plan_digest(rank_plan: RankPlan, *, group: dist.ProcessGroup | None =
     gathered: list[tuple[int, str] | None] = [None] * dist.get_world_size(group)
     dist.all_gather_object(gathered, mine, group=group)
     if any(g != gathered[0] for g in gathered):
-        table = ", ".join(f"rank {r}: wave {g[0]} digest {g[1][:12]}" for r, g in
-                          enumerate(gathered) if g is not None)  # fmt: skip
+        table = ", ".join(
+            f"rank {r}: wave {g[0]} digest {g[1][:12]}"
+            for r, g in enumerate(gathered)
+            if g is not None
+        )
         raise PlanMismatchError(
             f"ranks disagree on the plan ({table}); every replica must plan the same global "
             "batch from the same length index, seed and planner version"

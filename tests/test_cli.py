@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from fcp_data.cli import build_parser, main
+from fcp.cli import build_parser, main
 from fcp_data.planner import STRATEGIES, Plan
 
 WRITERS = {"demo", "index", "make-shards", "plan", "profile", "simulate", "view"}
@@ -102,7 +102,7 @@ def test_plan_from_an_index_is_the_batch_the_viewer_draws(capsys, tmp_path):
 
 
 def test_cost_by_shipped_name_or_relative_path(capsys, tmp_path, monkeypatch):
-    from fcp_data.profiling import shipped_profile
+    from fcp_data.profiles import shipped_profile
 
     base = ["plan", "--distribution", "c4", "--batch", "16", "--replicas", "4",
             "--tokens-per-replica", "4096", "--json"]  # fmt: skip
@@ -156,7 +156,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, needle):
 def test_a_real_process_prints_no_traceback(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("12\nabc\n")
-    cmd = [sys.executable, "-m", "fcp_data.cli", "plan", "--lengths", str(bad)]
+    cmd = [sys.executable, "-m", "fcp.cli", "plan", "--lengths", str(bad)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
@@ -181,7 +181,7 @@ def test_no_command_prints_help(capsys):
 
 def test_package_import_is_light_and_exports_the_loader():
     code = (
-        "import sys, fcp_data, fcp_data.viewer, fcp_data.profiling\n"
+        "import sys, fcp_data, fcp_data.viewer, fcp.profiling\n"
         "assert 'torch' not in sys.modules and 'numba' not in sys.modules, sorted(sys.modules)\n"
         "assert 'matplotlib' not in sys.modules\n"
         "from fcp_data import FCPDataLoader, LoaderOptions\n"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fcp_data.cli import main
-from fcp_data.commands import make_shards as make_shards_cmd
+from fcp.cli import main
+from fcp.commands import make_shards as make_shards_cmd
 from fcp_data.readers.length_index import LengthIndex
 
 
@@ -194,7 +194,7 @@ def test_make_shards_that_fails_midway_leaves_no_shards(
 
 
 def test_a_real_process_prints_one_line_for_an_argparse_error(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "fcp_data.cli", "simulate", "--replicas", "100000"]
+    cmd = [sys.executable, "-m", "fcp.cli", "simulate", "--replicas", "100000"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [

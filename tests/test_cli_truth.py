@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fcp_data.cli import main
+from fcp.cli import main
+from fcp.profiling import Fit, FitRow
 from fcp_data.planner import CostModel, Plan
-from fcp_data.profiling import Fit, FitRow, shipped_profile
+from fcp_data.profiles import shipped_profile
 
 SMALL = ["--distribution", "github", "--batch", "32", "--replicas", "8",
          "--tokens-per-replica", "4096", "--cost", "cpu-small"]  # fmt: skip
@@ -109,7 +110,7 @@ def test_a_bare_plan_json_says_which_cost_model_and_cluster_price_it(
 @pytest.fixture()
 def cold_first_plan(monkeypatch: pytest.MonkeyPatch) -> float:
     """Every strategy's first plan in the process costs 0.4 s more (numba, megatron imports)."""
-    import fcp_data.commands.plan as plan_cmd
+    import fcp.commands.plan as plan_cmd
     import fcp_data.planner.compare as planner_compare
     import fcp_data.viewer.compare as viewer_compare
     from fcp_data.planner import plan_global_batch
@@ -147,7 +148,7 @@ def test_simulate_and_plan_report_warm_planning_time(
 # ---- 5. an unavailable device is one line, exit 2 ----------------------------------------------
 @pytest.fixture()
 def no_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fcp_data.profiling.measure as measure
+    import fcp.profiling.measure as measure
 
     def never(*_a, **_k):
         raise AssertionError("profiling started on an unusable device")
@@ -183,8 +184,8 @@ def test_profile_on_a_device_this_machine_lacks_is_one_line(
 def test_a_ring_fit_that_prices_the_ring_as_free_is_measured_again_then_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import fcp_data.profiling.ring as ring
-    from fcp_data.commands import demo
+    import fcp.profiling.ring as ring
+    from fcp.commands import demo
 
     base = CostModel.load(shipped_profile("cpu-small"))
     calls: list[int] = []
@@ -209,7 +210,7 @@ def test_a_ring_fit_that_prices_the_ring_as_free_is_measured_again_then_refused(
 def test_ring_fit_problems_name_zero_and_absurd_terms() -> None:
     import dataclasses
 
-    from fcp_data.commands.demo import ring_fit_problems
+    from fcp.commands.demo import ring_fit_problems
 
     # priced at an idle loopback ping-pong (4 GB/s), what a ring fit is compared with
     shipped = CostModel.load(shipped_profile("cpu-small"))
@@ -228,7 +229,7 @@ def test_ring_fit_problems_name_zero_and_absurd_terms() -> None:
 
 def test_a_measured_difference_whose_paired_interval_holds_one_is_called_noise() -> None:
     """The paired verdict on given numbers (tests/test_first_hour.py has the statistics)."""
-    from fcp_data.commands.demo import paired_comparison
+    from fcp.commands.demo import paired_comparison
 
     noisy = [{"strategy_s": [0.2, 0.27], "baseline_s": [0.3, 0.16]},
              {"strategy_s": [0.3, 0.46], "baseline_s": [0.2, 0.55]}]  # fmt: skip
@@ -286,7 +287,7 @@ def _titles_of_a_full_batch(tmp_path: Path, titles: list[str]) -> list[str]:
 def test_profile_progress_lines_off_a_terminal_count_points_and_time_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import fcp_data.profiling.measure as measure
+    import fcp.profiling.measure as measure
 
     class Stop(Exception):
         pass

@@ -26,7 +26,8 @@ from types import ModuleType, SimpleNamespace
 import numpy as np
 import pytest
 
-from fcp_data.cli import main
+from fcp.cli import main
+from fcp.profiling import fit_ring, ring_fit_problems
 from fcp_data.errors import ConfigError
 from fcp_data.planner import (
     Cluster,
@@ -36,7 +37,7 @@ from fcp_data.planner import (
     plan_global_batch,
     why_one_degree,
 )
-from fcp_data.profiling import fit_ring, ring_fit_problems, shipped_profile
+from fcp_data.profiles import shipped_profile
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,7 +50,7 @@ def _one_error_line(capsys: pytest.CaptureFixture[str], command: str) -> str:
 
 # ---- 1. a verdict that holds ----------------------------------------------------------------
 def test_median_interval_uses_binomial_order_statistics() -> None:
-    from fcp_data.commands.demo import median_interval
+    from fcp.commands.demo import median_interval
 
     x = [1.9, 1.1, 1.5, 1.3, 1.7, 1.2, 1.6, 1.4, 1.8]  # 9 values: [x(2), x(8)] covers 96.1%
     low, high, cov = median_interval(x)
@@ -63,7 +64,7 @@ def test_median_interval_uses_binomial_order_statistics() -> None:
 def test_paired_ratios_see_through_machine_drift_that_totals_call_noise() -> None:
     """fcp 20% faster in every pair while the machine slows down 3x between pairs: the totals
     of two runs overlap (the old verdict: noise), the paired ratios do not."""
-    from fcp_data.commands.demo import paired_comparison, paired_ratio
+    from fcp.commands.demo import paired_comparison, paired_ratio
 
     load = [1.0, 3.0, 1.5, 2.5, 1.2, 2.8, 1.1, 2.9, 1.4]
     fcp = [0.20 * x for x in load]
@@ -111,8 +112,8 @@ def test_a_ring_latency_fitted_as_zero_is_measured_again_then_the_shipped_profil
 ) -> None:
     import argparse
 
-    import fcp_data.profiling.ring as ring
-    from fcp_data.commands import demo
+    import fcp.profiling.ring as ring
+    from fcp.commands import demo
 
     base = CostModel.load("cpu-small")
     calls: list[int] = []
@@ -244,7 +245,7 @@ def test_tokens_per_replica_is_derived_only_by_a_matching_memory_model(
 
 # ---- 4. numbers that agree -------------------------------------------------------------------
 def test_one_degree_notation_in_the_cli_the_demo_and_the_examples() -> None:
-    from fcp_exec.demo.vlm import _step_line
+    from fcp.demo.vlm import _step_line
 
     assert format_degrees([2, 1, 2, 1, 1]) == "⟨2⟩×2, ⟨1⟩×3" and format_degrees([]) == "none"
     m = SimpleNamespace(degrees=(2, 2, 2), num_waves=1, predicted_time=0.1)
@@ -275,8 +276,8 @@ def test_make_shards_refuses_a_used_folder_unless_overwrite(
 def test_profile_never_overwrites_without_overwrite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import fcp_data.profiling.measure as measure
-    from fcp_data.profiling import ComputePoint, Profile, fit_compute
+    import fcp.profiling.measure as measure
+    from fcp.profiling import ComputePoint, Profile, fit_compute
 
     cost = CostModel.load("cpu-small")
     s = [512, 1024, 2048]

@@ -39,7 +39,7 @@ def test_fcp_index_reports_progress_in_a_log(tmp_path) -> None:
         for i in range(5):
             w.write({"__key__": f"k{i}", "txt": b"some words here"})
     done = subprocess.run(
-        [sys.executable, "-m", "fcp_data.cli", "index", str(tmp_path / "a.tar"), "-o",
+        [sys.executable, "-m", "fcp.cli", "index", str(tmp_path / "a.tar"), "-o",
          str(tmp_path / "idx")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

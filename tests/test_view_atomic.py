@@ -26,7 +26,7 @@ def test_a_picture_that_fails_half_way_leaves_the_old_file_untouched(tmp_path: P
     out = tmp_path / "plan.png"
     old = b"an older, complete picture" * 10
     out.write_bytes(old)
-    cmd = [sys.executable, "-c", "import sys; from fcp_data.cli import main; sys.exit(main())"]
+    cmd = [sys.executable, "-c", "import sys; from fcp.cli import main; sys.exit(main())"]
     args = ["view", "--distribution", "github", "--batch", "32", "--replicas", "8"]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
     done = subprocess.run(

@@ -24,7 +24,7 @@ __all__ = ["bench_video_decode"]
 
 def _member_frames(vt: Any, degree: int) -> list[list[int]]:
     """Frames of the tubelets with a pad token in each member's two zigzag chunks."""
-    from fcp_data.collate.zigzag import chunk_bounds, padded_seqlen
+    from fcp_data.collate import chunk_bounds, padded_seqlen
 
     per = vt.grid[1] * vt.grid[2] // 4
     units = [(1 + u * per, 1 + (u + 1) * per) for u in range(vt.grid[0])]
@@ -49,8 +49,8 @@ def bench_video_decode(cfg: dict[str, Any]) -> dict[str, Any]:
     from pathlib import Path
 
     from fcp_data.errors import ConfigError, MissingDependencyError
+    from fcp_data.vision import get_rule
     from fcp_data.vision.decode import decode_video_frames, resolve_backend
-    from fcp_data.vision.families import get_rule
 
     if importlib.util.find_spec("av") is None:
         return skipped("PyAV is not installed (pip install 'fcp[video]')")

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fcp.profiling.spawn import run_group
 from fcp_exec.a2a import A2AComm
 from fcp_exec.kernels import select_kernel
-from fcp_exec.launch import run_group
 from fcp_exec.ring import RingComm
 
 from .comm import StagedRingComm

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fcp_data.profiling.p2p import pingpong as measure_pingpong
+from fcp.profiling.p2p import pingpong as measure_pingpong
 from fcp_exec import ring_attention
 from fcp_exec.ring import RingComm
 from fcp_exec.runtime import stream_api

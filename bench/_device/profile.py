@@ -1,6 +1,6 @@
 """A fitted cost profile on this device: the profiler's compute fit and its vision encoder fit.
 
-Compute: `fcp_data.profiling.run_profile` (what `fcp profile --device ...` runs) on a small
+Compute: `fcp.profiling.run_profile` (what `fcp profile --device ...` runs) on a small
 model shape over a grid of lengths, causal and full attention, P2P off (the suite measures the
 link itself, between GPUs, in the ring job). Reported: the fitted CostModel, the coefficients
 and the per-point relative errors (the paper's Table 3) and the profiler's own warnings.
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from fcp_data.profiling import ProfileConfig, fit_warnings, run_profile, shape_from_name
-from fcp_data.profiling.fit import Fit, FitRow, nonneg_relative_lstsq
-from fcp_data.profiling.vision import VisionProfileConfig, run_vision_profile, time_encoder
+from fcp.profiling import ProfileConfig, fit_warnings, run_profile, shape_from_name
+from fcp.profiling.fit import Fit, FitRow, nonneg_relative_lstsq
+from fcp.profiling.vision import VisionProfileConfig, run_vision_profile, time_encoder
 
 __all__ = ["bench_compute_profile", "bench_vision_profile"]
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from ..planner.plan import RankPlan
 from .pack import IGNORE_INDEX, PackedShard
 
@@ -268,7 +269,7 @@ class MicroBatch:
         (attention is local; cp_context binds this rank alone).
         """
         if not rank_plan.is_empty:
-            raise ValueError(
+            raise ConfigError(
                 f"a placeholder stands in for a wave the replica sits out; replica "
                 f"{rank_plan.replica} has a degree-{rank_plan.degree} group in wave "
                 f"{rank_plan.wave}"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import layout
+from ..errors import ConfigError
 from .zigzag import chunk_bounds, padded_seqlen
 
 __all__ = ["IGNORE_INDEX", "PackedShard", "pack_shard", "shifted_labels"]
@@ -53,7 +54,7 @@ def shifted_labels(
     """Labels of a padded sequence: next token for positions 0..L-2, `ignore_index` after."""
     n = len(tokens)
     if padded_len < n:
-        raise ValueError(f"padded_len={padded_len} is shorter than the sequence ({n} tokens)")
+        raise ConfigError(f"padded_len={padded_len} is shorter than the sequence ({n} tokens)")
     labels = np.full(padded_len, ignore_index, dtype=np.int64)
     if n > 1:
         labels[: n - 1] = tokens[1:]
@@ -84,7 +85,7 @@ def pack_shard(
     lens = np.array([len(s) for s in sequences], dtype=np.int64)
     if n and lens.min() < 1:
         k = int(np.argmin(lens))
-        raise ValueError(f"sequence {k} is empty; every sequence needs >= 1 token")
+        raise ConfigError(f"sequence {k} is empty; every sequence needs >= 1 token")
     plens = np.array([padded_seqlen(int(L), degree, unit) for L in lens], dtype=np.int64)
     local = layout.shard_tokens(lens, degree, unit)  # what the planner's memory check counted
     offs = np.concatenate([[0], np.cumsum(local)])
@@ -104,7 +105,7 @@ def pack_shard(
         keep_loss = masked is None or not masked[k]
         tg = None if targets is None else targets[k]
         if tg is not None and len(tg) != L:
-            raise ValueError(f"targets of sequence {k} have {len(tg)} flags for {L} tokens")
+            raise ConfigError(f"targets of sequence {k} have {len(tg)} flags for {L} tokens")
         for a0, a1 in chunk_bounds(P, degree, index):
             w = a1 - a0
             positions[o : o + w] = np.arange(a0, a1)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import layout
+from ..errors import ConfigError
 
 __all__ = [
     "chunk_bounds",
@@ -32,9 +33,9 @@ __all__ = [
 
 def _check(degree: int, index: int | None = None) -> None:
     if isinstance(degree, bool) or int(degree) != degree or degree < 1:
-        raise ValueError(f"degree={degree!r} must be an integer >= 1 (the CP group size)")
+        raise ConfigError(f"degree={degree!r} must be an integer >= 1 (the CP group size)")
     if index is not None and not 0 <= index < degree:
-        raise ValueError(
+        raise ConfigError(
             f"index_in_group={index!r} is outside [0, {degree}) for a degree-{degree} group"
         )
 
@@ -44,9 +45,9 @@ def padded_seqlen(seqlen: int, degree: int, unit: int = 1) -> int:
     needs; `unit` is TP under sequence parallel (`fcp_data.layout.pad_unit`)."""
     _check(degree)
     if seqlen < 0:
-        raise ValueError(f"seqlen={seqlen} must be >= 0")
+        raise ConfigError(f"seqlen={seqlen} must be >= 0")
     if isinstance(unit, bool) or int(unit) != unit or unit < 1:
-        raise ValueError(f"unit={unit!r} must be an integer >= 1 (TP under sequence parallel)")
+        raise ConfigError(f"unit={unit!r} must be an integer >= 1 (TP under sequence parallel)")
     return int(layout.padded_length(int(seqlen), int(degree), int(unit)))
 
 
@@ -57,7 +58,7 @@ def chunk_bounds(
     _check(degree, index)
     chunks = layout.num_chunks(degree)
     if padded_len % chunks:
-        raise ValueError(
+        raise ConfigError(
             f"padded_len={padded_len} is not a multiple of 2*degree={chunks}; pad it with "
             "padded_seqlen(seqlen, degree) first"
         )
@@ -82,10 +83,10 @@ def unshard_sequence(shards: Sequence[np.ndarray], degree: int) -> np.ndarray:
     """Inverse of `shard_sequence`: the padded sequence from the d shards in group order."""
     _check(degree)
     if len(shards) != degree:
-        raise ValueError(f"got {len(shards)} shards for a degree-{degree} group; need {degree}")
+        raise ConfigError(f"got {len(shards)} shards for a degree-{degree} group; need {degree}")
     sizes = {len(s) for s in shards}
     if len(sizes) != 1 or next(iter(sizes)) % 2:
-        raise ValueError(f"shards must have one even length each, got lengths {sorted(sizes)}")
+        raise ConfigError(f"shards must have one even length each, got lengths {sorted(sizes)}")
     c = len(shards[0]) // layout.CHUNKS_PER_MEMBER
     out = np.empty((layout.num_chunks(degree) * c, *shards[0].shape[1:]), dtype=shards[0].dtype)
     for i, s in enumerate(shards):

@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import ConfigError, IndexMismatchError
 from ..readers.index_format import IndexHeader, index_fingerprint
 from ..readers.sample_source import SAMPLE_COLUMNS
+from .sampler import global_batch
 from .source import open_source
 
 MAX_CURSOR_BATCHES = 2_000_000  # batches drawn to reach an epoch's start (BlendSampler.max_epoch)
@@ -146,13 +147,7 @@ class BlendSampler:
                 at[k] += n
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    def batch(self, epoch: int, index: int, order: np.ndarray | None = None) -> np.ndarray:
-        nb = self.num_batches()
-        if not 0 <= index < nb:
-            raise IndexError(f"batch index={index} is outside [0, {nb}) for this epoch")
-        o = self.order(epoch) if order is None else order
-        g = self.global_batch_size
-        return o[index * g : (index + 1) * g]
+    batch = global_batch  # the one batch() of every sampler: a slice of the epoch's order
 
 
 class _BlendStore:
@@ -236,6 +231,16 @@ class Blend:
         self.header = self.sources[media[0] if media else 0].header
         self.skipped = [s for src in self.sources for s in src.skipped]
         self._fields = tuple(_fields(s) for s in self.sources)
+
+    def with_sources(self, sources: Sequence[Any]) -> Blend:
+        """This blend (weights, names, epoch length) over other objects for its sources, e.g.
+        the loader's own copies of a caller's indexes; checked like any new blend."""
+        return Blend(
+            sources,
+            weights=self.weights,
+            names=self.names,
+            batches_per_epoch=self.batches_per_epoch,
+        )
 
     def _label(self, k: int) -> str:
         path = getattr(self.sources[k], "path", None)

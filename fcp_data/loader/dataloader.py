@@ -21,7 +21,6 @@ megatron adapter `packed_seq_params` are the training side; this module does not
 
 from __future__ import annotations
 
-import copy
 import logging
 import multiprocessing
 import numbers
@@ -36,27 +35,21 @@ from ..collate import MicroBatch
 from ..errors import ConfigError
 from ..planner import Cluster, CostModel
 from ..planner.api import check_strategy
-from ..readers.rules_base import VisionTokenRule
+from ..readers.length_index import LengthIndex
 from ..readers.text import as_tokenizer, self_contained
-from ..vision.decode import resolve_backend
-from ..vision.modality import Modality
+from ..vision.families import VisionTokenRule
+from .blend import Blend
 from .encode import CustomEncoder, SampleEncoder, Tokenizer
-from .global_batch import BatchBuilder, PlannedBatch
+from .global_batch import BatchBuilder
+from .make_encoder import make_encoder
 from .options import LoaderOptions, check_int
 from .prefetch import planned_batches
 from .read_ahead import ReadAhead
 from .resume import plan_settings, resume_point, sampler_settings, source_fingerprint
 from .sampler import GlobalBatchSampler
-from .source import (
-    check_source_matches,
-    open_source,
-    resolve_rule,
-    source_skipped,
-    tokenizer_hint,
-)
+from .source import check_source_matches, open_source, source_skipped, with_access
 from .time_limit import SampleTimeLimit
-from .token_source import open_token_store
-from .types import BatchMetrics, LoaderState, SampleSource
+from .types import BatchMetrics, LoaderState, PlannedBatch, SampleSource
 from .workers import WorkerBoard
 
 __all__ = ["FCPDataLoader", "LoaderOptions"]
@@ -94,22 +87,9 @@ class FCPDataLoader:
         strategy: str = "fcp",
         options: LoaderOptions | None = None,
     ) -> None:
-        self.options = opts = options or LoaderOptions()
-        if not isinstance(opts, LoaderOptions):
-            raise ConfigError(f"options={opts!r} must be a LoaderOptions")
-        if not isinstance(cluster, Cluster) or not isinstance(cost, CostModel):
-            raise ConfigError(
-                f"cluster= must be a fcp_data.planner.Cluster and cost= a CostModel, got "
-                f"{type(cluster).__name__} and {type(cost).__name__}"
-            )
-        n = cluster.num_replicas
-        whole = isinstance(replica, (numbers.Integral, np.integer))
-        if isinstance(replica, (bool, np.bool_)) or not whole or not 0 <= replica < n:
-            raise ConfigError(
-                f"replica={replica!r} is outside [0, {n}) or not an integer: it is this replica's "
-                "index in the DP x CP domain (the cluster's num_replicas)"
-            )
-        replica = int(replica)
+        self.options = opts = _check_options(options)
+        self.cluster, self.cost = _check_model(cluster, cost)
+        self.replica = _check_replica(replica, cluster)
         check_int("global_batch_size", global_batch_size, low=1, what=" (sequences per step)")
         seed = check_int("seed", seed)
         self.num_workers = check_int("num_workers", num_workers, what=" (0 = plan inline)")
@@ -117,7 +97,37 @@ class FCPDataLoader:
         if opts.planner is None:
             check_strategy(strategy)
         tokenizer = None if tokenizer is None else as_tokenizer(tokenizer)  # ids + spec
-        self.source = src = open_source(
+        self.source = self._open_source(source, tokenizer, vision_rule)
+        tokenizer = self._default_tokenizer(tokenizer)
+        self.sampler = self._make_sampler(global_batch_size, seed)
+        self._fingerprint: str | None = None
+        self._plan_settings = plan_settings(
+            strategy=strategy,
+            planner=opts.planner,
+            cluster=cluster,
+            cost=cost,
+            on_too_long=opts.on_too_long,
+        )
+        encoder = make_encoder(self.source, tokenizer, vision_rule, opts)
+        self._builder = self._make_batch_step(encoder, strategy)
+        self._epoch, self._batch, self._wave = 0, 0, 0
+        self.metrics: BatchMetrics | None = None
+        self._warm = False
+        self.metrics_history: deque[BatchMetrics] = deque(maxlen=opts.metrics_history)
+
+    # ---- set-up steps (each reads what the caller passed, never changes it) --------------
+    def _open_source(
+        self,
+        source: SampleSource | str | Path,
+        tokenizer: Any,
+        vision_rule: VisionTokenRule | str | None,
+    ) -> SampleSource:
+        """The source this loader reads: opened, checked against the loader's tokenizer and
+        vision rule, and reaching its shards with the loader's options (`with_access`: a
+        caller's LengthIndex, or Blend of them, is never changed; where an option differs the
+        loader reads through its own copy)."""
+        opts = self.options
+        src = open_source(
             source,
             tokenizer=tokenizer,
             vision_rule=vision_rule,
@@ -133,89 +143,60 @@ class FCPDataLoader:
                 self.source_skipped[:3],
             )
         check_source_matches(src, tokenizer, vision_rule)
-        recorded = str(getattr(src.header, "tokenizer", "") or "")
-        if tokenizer is None and opts.vision is None and self_contained(recorded):
-            tokenizer = as_tokenizer(recorded)  # bytes:R: the ids it counted, no file needed
-        if hasattr(src, "shard_cache"):  # a LengthIndex: how to reach non-local shards
-            src.remote = opts.remote if opts.remote is not None else src.remote
-            src.shard_cache = opts.shard_cache if opts.shard_cache is not None else src.shard_cache
-        for index in (src, *getattr(src, "sources", ())):  # a LengthIndex, or a Blend's
-            if hasattr(index, "refuse_pipes"):  # commands from an index run only when allowed
-                index.allow_pipe = index.allow_pipe or opts.allow_pipe
-                index.refuse_pipes()
-        self.cluster, self.cost, self.replica = cluster, cost, replica
+        if isinstance(src, LengthIndex):  # how to reach non-local shards
+            src = with_access(
+                src,
+                owned=src is not source,
+                remote=opts.remote,
+                shard_cache=opts.shard_cache,
+                allow_pipe=opts.allow_pipe,
+            )
+        if isinstance(src, Blend):  # its indexes run `pipe:` commands only when allowed
+            own = [
+                with_access(
+                    s, owned=False, remote=None, shard_cache=None, allow_pipe=opts.allow_pipe
+                )
+                if isinstance(s, LengthIndex)
+                else s
+                for s in src.sources
+            ]
+            if any(a is not b for a, b in zip(own, src.sources)):
+                src = src.with_sources(own)  # the caller's blend and indexes stay as they were
+        return src
+
+    def _default_tokenizer(self, tokenizer: Any) -> Any:
+        """The tokenizer given, or for an index counted with `bytes:R` (and no vision path)
+        the one it counted with: exactly its ids, no file needed."""
+        recorded = str(getattr(self.source.header, "tokenizer", "") or "")
+        if tokenizer is None and self.options.vision is None and self_contained(recorded):
+            return as_tokenizer(recorded)
+        return tokenizer
+
+    def _make_sampler(self, global_batch_size: int, seed: int) -> GlobalBatchSampler:
+        """Sample ids of every global batch; a Blend mixes its sources by weight."""
+        opts = self.options
         sampling = {"global_batch_size": global_batch_size, "seed": seed}
         sampling.update(drop_last=opts.drop_last, shuffle=opts.shuffle)
-        make_sampler = getattr(src, "make_sampler", None)  # a Blend mixes its sources by weight
-        self.sampler = (
-            make_sampler(**sampling)
-            if callable(make_sampler)
-            else GlobalBatchSampler(num_samples=len(src.seqlens), **sampling)
-        )
-        self._fingerprint: str | None = None
-        self._plan_settings = plan_settings(
-            strategy=strategy,
-            planner=opts.planner,
-            cluster=cluster,
-            cost=cost,
-            on_too_long=opts.on_too_long,
-        )
+        make_sampler = getattr(self.source, "make_sampler", None)
+        if callable(make_sampler):
+            return make_sampler(**sampling)
+        return GlobalBatchSampler(num_samples=len(self.source.seqlens), **sampling)
+
+    def _make_batch_step(
+        self, encoder: SampleEncoder | CustomEncoder, strategy: str
+    ) -> BatchBuilder:
+        """What turns (epoch, batch index) into this replica's micro-batches, in a worker."""
+        opts = self.options
         planner = opts.planner
         if planner is None:
             from ..planner import plan_global_batch  # type: ignore[attr-defined]
 
             planner = plan_global_batch
-        encoder: SampleEncoder | CustomEncoder
-        if opts.encode is not None:
-            encoder = CustomEncoder(fn=opts.encode)
-        else:
-            rule = resolve_rule(src, vision_rule)
-            token_ids, text = None, tokenizer
-            if opts.vision is not None and rule is not None:
-                from ..vision import SpecialTokenIds, TokenizerText
-
-                token_ids = opts.vision.token_ids or SpecialTokenIds.from_tokenizer(
-                    tokenizer, rule.name
-                )
-                text = TokenizerText(tokenizer) if tokenizer is not None else None
-                if text is not None and hasattr(rule, "text_counter"):
-                    # template text (timestamps, frame labels) counted by the loader's tokenizer,
-                    # as the index counted it with its exact counter
-                    rule = copy.copy(rule)
-                    rule.text_counter = text.count
-            vision = None
-            if opts.vision is not None and rule is not None:
-                from ..vision.rope_check import resolve_vision_options
-                from ..vision.sample import rule_spec
-
-                # next_text="auto" probed here once: DataLoader workers never import transformers
-                vision = resolve_vision_options(opts.vision, rule_spec(rule))
-            from .blend import read_fields_for
-
-            # the fields the source was indexed with (each Blend source its own)
-            text_field, caption_field = read_fields_for(src, opts.text_field, opts.caption_field)
-            encoder = SampleEncoder(
-                tokenizer=text,
-                vision=vision,
-                token_ids=token_ids,
-                rule=rule,
-                text_field=text_field,
-                caption_field=caption_field,
-                eod_id=opts.eod_id,
-                special_token_id=opts.special_token_id,
-                vision_token_id=opts.vision_token_id,
-                decode_backend=_decode_backend(src, opts),
-                decode_device=opts.decode_device,
-                chat_loss_roles=opts.chat_loss_roles,
-                tokenizer_hint=tokenizer_hint(src),
-            )
-            if opts.token_store:
-                encoder.store = open_token_store(src)
-        self._builder = BatchBuilder(
-            source=src,
+        return BatchBuilder(
+            source=self.source,
             sampler=self.sampler,
-            cluster=cluster,
-            cost=cost,
+            cluster=self.cluster,
+            cost=self.cost,
             replica=self.replica,
             planner=planner,
             encoder=encoder,
@@ -227,10 +208,6 @@ class FCPDataLoader:
             index_skipped=len(self.source_skipped),
             read_ahead=self._read_ahead(),
         )
-        self._epoch, self._batch, self._wave = 0, 0, 0
-        self.metrics: BatchMetrics | None = None
-        self._warm = False
-        self.metrics_history: deque[BatchMetrics] = deque(maxlen=opts.metrics_history)
 
     # ---- sizes -------------------------------------------------------------------------
     @property
@@ -419,11 +396,28 @@ def _shard_of(src: Any, pos: int) -> str | None:
     return None
 
 
-def _decode_backend(src: Any, opts: LoaderOptions) -> str:
-    """The decoder every sample of this loader uses: `opts.decode_backend` resolved once ("auto"
-    -> the fastest that loads), so a run never mixes libraries; unresolved when the source
-    holds no video (a text corpus needs no PyAV)."""
-    modality = getattr(src, "modality", None)
-    if modality is None or not bool(np.any(np.asarray(modality) == Modality.VIDEO)):
-        return opts.decode_backend
-    return resolve_backend(opts.decode_backend, opts.decode_device)
+def _check_options(options: LoaderOptions | None) -> LoaderOptions:
+    opts = options or LoaderOptions()
+    if not isinstance(opts, LoaderOptions):
+        raise ConfigError(f"options={opts!r} must be a LoaderOptions")
+    return opts
+
+
+def _check_model(cluster: Cluster, cost: CostModel) -> tuple[Cluster, CostModel]:
+    if not isinstance(cluster, Cluster) or not isinstance(cost, CostModel):
+        raise ConfigError(
+            f"cluster= must be a fcp_data.planner.Cluster and cost= a CostModel, got "
+            f"{type(cluster).__name__} and {type(cost).__name__}"
+        )
+    return cluster, cost
+
+
+def _check_replica(replica: int, cluster: Cluster) -> int:
+    n = cluster.num_replicas
+    whole = isinstance(replica, (numbers.Integral, np.integer))
+    if isinstance(replica, (bool, np.bool_)) or not whole or not 0 <= replica < n:
+        raise ConfigError(
+            f"replica={replica!r} is outside [0, {n}) or not an integer: it is this replica's "
+            "index in the DP x CP domain (the cluster's num_replicas)"
+        )
+    return int(replica)

@@ -16,14 +16,16 @@ A replica decodes only the groups with a placeholder in its zigzag shard: in a d
 each member decodes about a quarter of a long video's frames instead of all of them (a group
 split across a chunk boundary is decoded by both owners).
 
-With `vision` options (LoaderOptions.vision) media samples take the real path instead
-(fcp_data.vision): the rule's template parts emitted with the tokenizer's ids in order, loss
-targets on text only, whole-sample M-RoPE ids, and per micro-batch the pixel payload of the
-encoder units this replica holds (`vision_payload`); `vision_input` is then not used.
+With `vision` options (LoaderOptions.vision) media samples take the real path instead, through
+the `fcp_data.vision.sample.VisionEncoder` it holds (`vision_encoder`): the rule's template
+parts emitted with the tokenizer's ids in order, loss targets on text only, whole-sample M-RoPE
+ids, and per micro-batch the pixel payload of the encoder units this replica holds
+(`vision_encoder.payload`); `vision_input` is then not used.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -34,14 +36,12 @@ import numpy as np
 import torch
 
 from ..collate import VisionInput
-from ..errors import ConfigError, FCPError
+from ..errors import ConfigError, FCPError, MemberError
 from ..readers.members import effective_exts
 from ..readers.sample_source import SampleSource
-from ..vision.families import VisionTokenRule
+from ..vision.families import VisionTokenRule, VisionTokens
 from ..vision.modality import Modality
-from ..vision.options import VisionOptions
-from ..vision.sample import VisionEncoderMixin
-from ..vision.tokens import SpecialTokenIds
+from ..vision.sample import VisionEncoder, media_tokens
 
 __all__ = ["CustomEncoder", "EncodedSample", "SampleEncoder", "Tokenizer"]
 
@@ -75,8 +75,9 @@ def _decode_text(v: Any) -> str:
 
 
 @dataclass(kw_only=True, slots=True)
-class SampleEncoder(VisionEncoderMixin):
-    """Picklable: runs in DataLoader workers. `rule` is a readers VisionTokenRule (video only)."""
+class SampleEncoder:
+    """Picklable: runs in DataLoader workers. `rule` is a VisionTokenRule (media only);
+    `vision_encoder` the vision path (`LoaderOptions.vision`), None for the placeholder path."""
 
     tokenizer: Tokenizer | None = None
     rule: VisionTokenRule | None = None
@@ -87,11 +88,57 @@ class SampleEncoder(VisionEncoderMixin):
     vision_token_id: int = 0
     decode_backend: str = "auto"  # fcp_data.vision.decode.BACKENDS, resolved by the loader
     decode_device: str = "cpu"
-    vision: VisionOptions | None = None
-    token_ids: SpecialTokenIds | None = None
+    vision_encoder: VisionEncoder | None = None
     store: Any = None  # readers.token_store.TokenStore: text ids sliced, never re-tokenized
     chat_loss_roles: tuple[str, ...] = ("assistant",)  # text chat samples (readers.chat_text)
     tokenizer_hint: str = ""  # the index's own tokenizer, named by the "no tokenizer=" error
+
+    def for_source(self, source: Any, pos: int) -> SampleEncoder:
+        """This encoder, or a copy reading the fields `pos`'s source was indexed with.
+
+        A Blend's sources may be indexed with other --text-field / --caption-field values;
+        a copy (not a mutation: samples run in helper threads) keeps each read consistent
+        with the counts of its own index.
+        """
+        fields = getattr(source, "read_fields", None)
+        if not callable(fields):
+            return self
+        text_field, caption_field = fields(pos)
+        if (text_field, caption_field) == (self.text_field, self.caption_field):
+            return self
+        vision = self.vision_encoder
+        if vision is not None:
+            vision = dataclasses.replace(vision, caption_field=caption_field)
+        return dataclasses.replace(
+            self, text_field=text_field, caption_field=caption_field, vision_encoder=vision
+        )
+
+    def media_tokens(self, source: SampleSource, pos: int, modality: int) -> VisionTokens:
+        """The rule's tokens of media sample `pos` from the index columns (no pixel read)."""
+        if self.rule is None:
+            raise ConfigError("a media sample needs vision_rule= on the loader (the index's rule)")
+        return media_tokens(self.rule, source, pos, modality)
+
+    def loss_tokens(
+        self,
+        source: SampleSource,
+        pos: int,
+        seqlen: int,
+        time_limit: Callable[[str, Callable[[], Any]], Any] | None = None,
+    ) -> int:
+        """Loss tokens of sample `pos` (planned length `seqlen`); a text chat is read (under
+        `time_limit`, the loader's sample time limit) to count its targets."""
+        other = self.for_source(source, pos)
+        if other is not self:
+            return other.loss_tokens(source, pos, seqlen, time_limit)
+        modality = int(source.modality[pos])
+        if modality == Modality.TEXT:  # a text chat's targets, else seqlen - 1
+            if time_limit is None:
+                return self.text_loss_tokens(source, pos, seqlen)
+            return self.text_loss_tokens(source, pos, seqlen, time_limit)
+        if self.vision_encoder is None:
+            return seqlen - 1
+        return self.vision_encoder.loss_tokens(source, pos, seqlen, modality, text_ids=self._ids)
 
     def _no_tokenizer(self, what: str) -> ConfigError:
         hint = self.tokenizer_hint or "the tokenizer the index was counted with"
@@ -120,11 +167,11 @@ class SampleEncoder(VisionEncoderMixin):
             try:
                 arr = np.load(io.BytesIO(sample["npy"]), allow_pickle=False)
             except NPY_ERRORS as exc:  # a bad sample, named as one (not tokenize.TokenError)
-                raise ValueError(
+                raise MemberError(
                     f".npy token ids do not load ({type(exc).__name__}: {exc})"
                 ) from exc
             if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-                raise ValueError(
+                raise MemberError(
                     f".npy token ids must be a 1-D integer array, got {arr.dtype} with shape "
                     f"{arr.shape}"
                 )
@@ -137,7 +184,7 @@ class SampleEncoder(VisionEncoderMixin):
             obj = json.loads(sample["json"])
             if isinstance(obj, dict) and isinstance(obj.get(self.text_field), str):
                 return self._ids(obj[self.text_field])
-        raise ValueError(
+        raise MemberError(
             f"no text member: members are {sorted(sample)}; expected .txt, .npy, or .json with "
             f"a {self.text_field!r} field (LoaderOptions.text_field)"
         )
@@ -237,19 +284,27 @@ class SampleEncoder(VisionEncoderMixin):
             ids = self.text_ids(sample)
             return EncodedSample(tokens=np.concatenate([ids, np.full(special, self.eod_id)]))
         if modality not in (Modality.VIDEO, Modality.IMAGE):
-            raise ValueError(f"modality code {modality} is not text (0), video (1) or image (2)")
-        if self.rule is None:
-            raise ConfigError("a media sample needs vision_rule= on the loader (the index's rule)")
-        vt = self.media_tokens(source, pos, modality)
+            raise MemberError(f"modality code {modality} is not text (0), video (1) or image (2)")
+        vt = self.media_tokens(source, pos, modality)  # ConfigError without a rule
         exts = Modality(modality).exts  # in the scanner's lookup order
         ext = next((e for e in exts if e in sample), None)
         if ext is None:
-            raise ValueError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
+            raise MemberError(f"media sample has no {'/'.join(exts)} member ({sorted(sample)})")
         eod = max(0, special - vt.special)
-        if self.vision is not None:
-            return EncodedSample(
-                **self._encode_real(source, pos, sample, vt, modality, eod, sample[ext])
+        if self.vision_encoder is not None:
+            fields = self.vision_encoder.encode(
+                source,
+                pos,
+                sample,
+                vt,
+                modality,
+                eod=eod,
+                eod_id=self.eod_id,
+                media=sample[ext],
+                text_ids=self._ids,
+                caption_ids=self.caption_ids,
             )
+            return EncodedSample(**fields)
         tokens = np.concatenate(
             [
                 np.full(vt.special, self.special_token_id),
@@ -273,7 +328,7 @@ class SampleEncoder(VisionEncoderMixin):
     ) -> VisionInput | None:
         """Frames for the placeholders among global positions `held` (local order, at `offset`)."""
         vt = enc.vision
-        if self.vision is not None:  # the vision path sends its payload instead
+        if self.vision_encoder is not None:  # the vision path sends its payload instead
             return None
         if vt is None or vt.vision == 0 or (enc.video is None and enc.image is None):
             return None
@@ -315,7 +370,7 @@ class SampleEncoder(VisionEncoderMixin):
             native=enc.media_size,
         )
         if pixels.shape[0] != len(frames):  # a backend must not drop or repeat frames
-            raise ValueError(
+            raise MemberError(
                 f"decoded {pixels.shape[0]} frames where the index's frame count asks for "
                 f"{len(frames)} (frames {frames[:4]}...); the video's metadata is wrong: re-index"
             )

@@ -18,18 +18,18 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
-from ..collate import IGNORE_INDEX, MicroBatch, PackedShard, VisionInput, pack_shard
+from ..collate import MicroBatch, PackedShard, VisionInput, pack_shard
 from ..errors import ConfigError, DataError
 from ..planner import Cluster, CostModel, Plan, RankPlan, Wave
 from ..readers.remote import is_remote
-from ..vision.payload import PayloadParts, build_payload
 from .encode import CustomEncoder, EncodedSample, SampleEncoder
+from .payload import idle_payload, share_payload
 from .read_ahead import AheadSource, ReadAhead, ReadProbe, remote_bytes
 from .sampler import GlobalBatchSampler
 from .time_limit import SampleTimeLimit, SampleTimeout
-from .types import BatchMetrics, SampleSource
+from .types import BatchMetrics, PlannedBatch, SampleSource
 
-__all__ = ["BatchBuilder", "PlannedBatch", "SampleReadError"]
+__all__ = ["BatchBuilder", "SampleReadError"]
 
 
 class SampleReadError(DataError):
@@ -40,21 +40,6 @@ class SampleReadError(DataError):
         msg = key if index is None else f"sample {key!r} (index position {index}): {reason}"
         super().__init__(msg)
         self.key, self.index, self.reason = key, index, reason
-
-
-@dataclass(kw_only=True, slots=True)
-class PlannedBatch:
-    """One global batch as one replica sees it: its micro-batches (one per wave) + metrics."""
-
-    epoch: int
-    batch_index: int
-    micro_batches: list[MicroBatch]
-    metrics: BatchMetrics
-
-    def pin_memory(self) -> PlannedBatch:
-        """Called by torch's DataLoader (pin_memory=True) in its pinning thread."""
-        self.micro_batches = [mb.pin_memory() for mb in self.micro_batches]
-        return self
 
 
 @dataclass(kw_only=True, slots=True)
@@ -117,7 +102,8 @@ class BatchBuilder:
         from ..vision.work import vision_work_from_index
 
         enc = self.encoder
-        layout = "template" if getattr(enc, "vision", None) is not None else "specials-first"
+        vision_path = getattr(enc, "vision_encoder", None) is not None
+        layout = "template" if vision_path else "specials-first"
         work = vision_work_from_index(
             self.source, ids, rule=getattr(enc, "rule", None), layout=layout
         )
@@ -190,7 +176,7 @@ class BatchBuilder:
         any (`read_ahead.AheadSource`), else the source itself."""
         return self.source if self.read_ahead is None else AheadSource(self.source, self.read_ahead)
 
-    # ---- vision path (LoaderOptions.vision) ------------------------------------------------
+    # ---- the loss count of the global batch ----------------------------------------------
     def _global_loss(
         self, ids: np.ndarray, seqlens: np.ndarray, planned: Any, source: Any = None
     ) -> int:
@@ -211,54 +197,6 @@ class BatchBuilder:
                 sum(count(src, int(ids[s]), int(seqlens[s]), limit(int(ids[s]))) for s in planned)
             )
         return int(sum(count(src, int(ids[s]), int(seqlens[s])) for s in planned))
-
-    def _vision_payload(
-        self,
-        encs: list[EncodedSample],
-        packed: PackedShard,
-        pos: tuple[int, ...],
-        keys: tuple[str, ...],
-        bad: list[tuple[str, str]],
-    ) -> dict[str, Any] | None:
-        """Pixel payload and M-RoPE slice of this replica's share (None off the vision path).
-
-        A unit that fails to decode raises SampleReadError (on_error="raise") or masks its
-        sample here (tokens -> pad, out of the loss, no runs) and lists it in `bad`; only this
-        replica's pixels depend on it, so the group's token shapes stay identical.
-        """
-        enc = self.encoder
-        if not isinstance(enc, SampleEncoder) or enc.vision is None or enc.rule is None:
-            return None
-        out = PayloadParts()
-        lo, hi = packed.local_cu_seqlens_padded, packed.cu_seqlens_padded
-        for k, e in enumerate(encs):
-            kept = (len(out.pixel_values), len(out.grid_thw), len(out.runs), len(out.scatter))
-            if any(k_ == keys[k] for k_, _ in bad):
-                continue  # already masked (unreadable): no pixels
-            try:
-                self.time_limit(
-                    f"decoding the pixels of sample {keys[k]!r}",
-                    partial(
-                        enc.vision_payload,
-                        out,
-                        k,
-                        e,
-                        held=packed.global_positions[k],
-                        offset=int(lo[k]),
-                        padded_len=int(hi[k + 1] - hi[k]),
-                    ),
-                )
-            except Exception as err:  # undecodable, short or hung: this sample's fault
-                _, reason = self._bad(keys[k], pos[k], len(e.tokens), err)
-                del out.pixel_values[kept[0] :], out.grid_thw[kept[1] :]
-                del out.runs[kept[2] :], out.scatter[kept[3] :]
-                a, b = int(lo[k]), int(lo[k + 1])
-                packed.tokens[a:b] = self.pad_id
-                packed.labels[a:b] = IGNORE_INDEX
-                packed.loss_mask[a:b] = 0.0
-                bad.append((keys[k], reason))
-        spec = enc._spec()
-        return build_payload(out, spec, row_width=3 * spec.temporal * spec.patch**2)
 
     def _source_counts(self, ids: np.ndarray) -> tuple[int, ...]:
         count = getattr(self.source, "source_counts", None)
@@ -411,7 +349,20 @@ class BatchBuilder:
         if failed:  # same lengths, same positions: the other samples' frames stay valid
             packed = pack()
         bad = [(k, r) for k, r in zip(keys, reasons) if r is not None]
-        payload = self._vision_payload(encs, packed, pos, keys, bad)
+        vision_encoder = getattr(self.encoder, "vision_encoder", None)
+        payload = None
+        if vision_encoder is not None:  # the vision path: pixels of the units held here
+            payload = share_payload(
+                vision_encoder,
+                encs,
+                packed,
+                pos,
+                keys,
+                bad,
+                time_limit=self.time_limit,
+                on_bad=self._bad,
+                pad_id=self.pad_id,
+            )
         mb = MicroBatch.from_packed(
             packed,
             rank_plan=rank_plan,
@@ -439,23 +390,20 @@ class BatchBuilder:
         `Cluster(idle="empty")` (the planner prices exactly what is emitted); on the
         vision path it carries an empty pixel payload and M-RoPE ids (its positions on all 3
         axes), so the model's own forward takes it like any text-only micro-batch."""
-        common = {"global_num_loss_tokens": global_loss, "wave_groups": wave_groups,
-                  "epoch": epoch, "batch_index": batch_index}  # fmt: skip
+        common = {
+            "global_num_loss_tokens": global_loss,
+            "wave_groups": wave_groups,
+            "epoch": epoch,
+            "batch_index": batch_index,
+        }
         if self.cluster.idle == "empty":  # the planner priced no placeholder either
             return MicroBatch.empty(rank_plan, **common)
         mb = MicroBatch.placeholder(
             rank_plan, unit=self.cluster.pad_unit, pad_id=self.pad_id, **common
         )
-        enc = self.encoder
-        if isinstance(enc, SampleEncoder) and enc.vision is not None and enc.rule is not None:
-            spec = enc._spec()
-            payload = build_payload(
-                PayloadParts(), spec, row_width=3 * spec.temporal * spec.patch**2
-            )
-            if payload["mrope_position_ids"] is not None:
-                payload["mrope_position_ids"] = mb.position_ids.expand(3, -1).clone()
-            for name, value in payload.items():
-                setattr(mb, name, value)
+        vision_encoder = getattr(self.encoder, "vision_encoder", None)
+        if vision_encoder is not None:
+            idle_payload(vision_encoder, mb)
         return mb
 
     def build(

@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..errors import DataError
-from .global_batch import BatchBuilder, PlannedBatch
+from .global_batch import BatchBuilder
 from .handoff import one_buffer
 from .options import LoaderOptions
+from .types import PlannedBatch
 from .workers import (
     WORKER_FAULTS,
     ReceiveWatchdog,

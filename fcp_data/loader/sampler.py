@@ -11,12 +11,41 @@ batches instead of source samples repeats data after resume).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, OutOfRangeError
 
-__all__ = ["GlobalBatchSampler"]
+__all__ = ["GlobalBatchSampler", "OrderedBatches", "global_batch"]
+
+
+class OrderedBatches(Protocol):
+    """What a sampler provides for `global_batch`: an epoch's order and its batch count."""
+
+    @property
+    def global_batch_size(self) -> int: ...
+
+    def num_batches(self) -> int: ...
+
+    def order(self, epoch: int) -> np.ndarray: ...
+
+
+def global_batch(
+    sampler: OrderedBatches, epoch: int, index: int, order: np.ndarray | None = None
+) -> np.ndarray:
+    """Index positions of global batch `index` of `epoch`: the slice [index*G, (index+1)*G)
+    of the epoch's order (`order`: a cached `order(epoch)`).
+
+    The one `batch()` of every sampler (`GlobalBatchSampler`, the blend's `BlendSampler`):
+    they differ only in how an epoch's order is drawn.
+    """
+    nb = sampler.num_batches()
+    if not 0 <= index < nb:
+        raise OutOfRangeError(f"batch index={index} is outside [0, {nb}) for this epoch")
+    o = sampler.order(epoch) if order is None else order
+    g = sampler.global_batch_size
+    return o[index * g : (index + 1) * g]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -58,11 +87,5 @@ class GlobalBatchSampler:
         rng = np.random.default_rng([int(self.seed), int(epoch)])
         return rng.permutation(self.num_samples).astype(np.int64)
 
-    def batch(self, epoch: int, index: int, order: np.ndarray | None = None) -> np.ndarray:
-        """Index positions of global batch `index` of `epoch` (`order`: a cached `order(epoch)`)."""
-        nb = self.num_batches()
-        if not 0 <= index < nb:
-            raise IndexError(f"batch index={index} is outside [0, {nb}) for this epoch")
-        o = self.order(epoch) if order is None else order
-        g = self.global_batch_size
-        return o[index * g : (index + 1) * g]
+    batch = global_batch
+    """Index positions of global batch `index` of `epoch` (`order`: a cached `order(epoch)`)."""

@@ -3,7 +3,9 @@
 `open_source` turns an index directory into a `LengthIndex`, shard specs into a
 `ScannedSource` (both in `fcp_data.readers`) and passes any other `SampleSource` through.
 `check_source_matches` refuses a source counted with another tokenizer or vision rule than the
-loader's: its token counts would not match the sequences the loader builds.
+loader's: its token counts would not match the sequences the loader builds. `with_access`
+gives the loader a length index that reaches its shards the loader's way (remote options, a
+shard cache, `pipe:` commands allowed) without changing the index the caller passed.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "resolve_rule",
     "source_skipped",
     "tokenizer_hint",
+    "with_access",
 ]
 
 # A vision rule as the loader takes it: a rule object or a registered rule's name.
@@ -83,6 +86,31 @@ def open_source(
             "the attributes of fcp_data.readers.SampleSource"
         )
     return source
+
+
+def with_access(
+    index: LengthIndex, *, owned: bool, remote: Any, shard_cache: Any, allow_pipe: bool
+) -> LengthIndex:
+    """`index` reaching its shards with these options (None: the index's own), pipes checked.
+
+    An index the loader opened itself (`owned`) is configured in place; one the caller passed is
+    never changed: when an option differs the loader reads through its own index over the same
+    directory (what a DataLoader worker gets anyway when the index is pickled to it), so two
+    loaders with other options can share one caller's index. PipeNotAllowedError when the
+    index lists `pipe:` shards and neither it nor `allow_pipe` allows them.
+    """
+    remote = index.remote if remote is None else remote
+    shard_cache = index.shard_cache if shard_cache is None else shard_cache
+    allow = index.allow_pipe or allow_pipe
+    same = (remote, shard_cache, allow) == (index.remote, index.shard_cache, index.allow_pipe)
+    if not owned and not same:
+        own = LengthIndex.open(index.path, verify=False, allow_pipe=allow)
+        own.verify_checksums = index.verify_checksums
+        index, owned = own, True
+    if owned:
+        index.remote, index.shard_cache, index.allow_pipe = remote, shard_cache, allow
+    index.refuse_pipes()
+    return index
 
 
 def source_skipped(source: SampleSource) -> list[tuple[str, str]]:

@@ -1,15 +1,17 @@
-"""Small data types of the loader: resume state, per-batch metrics, and the sample-source
-contract (`SampleSource`, defined with the sources in `fcp_data.readers`)."""
+"""Small data types of the loader: resume state, per-batch metrics, a planned batch, and the
+sample-source contract (`SampleSource`, defined with the sources in `fcp_data.readers`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from ..collate import MicroBatch
 from ..readers.sample_source import SampleSource
 
-__all__ = ["BatchMetrics", "LoaderState", "SampleSource"]
+__all__ = ["BatchMetrics", "LoaderState", "PlannedBatch", "SampleSource"]
 
 
 class LoaderState(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,3 +75,18 @@ class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
         d = msgspec.structs.asdict(self)
         d["ratio_to_bound"] = self.ratio_to_bound
         return d
+
+
+@dataclass(kw_only=True, slots=True)
+class PlannedBatch:
+    """One global batch as one replica sees it: its micro-batches (one per wave) + metrics."""
+
+    epoch: int
+    batch_index: int
+    micro_batches: list[MicroBatch]
+    metrics: BatchMetrics
+
+    def pin_memory(self) -> PlannedBatch:
+        """Called by torch's DataLoader (pin_memory=True) in its pinning thread."""
+        self.micro_batches = [mb.pin_memory() for mb in self.micro_batches]
+        return self

@@ -17,7 +17,7 @@ Strategies:
 
 Vision work (`vision=`, per-sample encoder units and where their tokens sit) makes every
 candidate and baseline count each replica's decode and encoder time for the units it holds,
-edge duplicates included (`vision_cost`). Candidates balance the vision replica-seconds with the
+edge duplicates included (`cost.vision`). Candidates balance the vision replica-seconds with the
 rest; scoring is exact. "fcp" and "pow2" also score the vision-blind candidates under the
 vision-aware model, so counting vision never yields a worse plan under that model. A batch with
 no vision work (text only) plans exactly as without the argument.
@@ -34,40 +34,28 @@ idle="fill" the three best candidates are also tried with their idle slots fille
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from ..errors import ConfigError
-from .baselines import megatron_hybrid, static_megatron
+from ..errors import ArgumentTypeError, ConfigError, PlanningError
+from .assemble import to_plan
 from .bounds import lower_bound
-from .cluster import Cluster
-from .cost import CostModel
-from .fill import align_waves, fill_idle
-from .lanes import lane_candidates, static_balanced
-from .megatron_dynamic import megatron_dynamic, megatron_dynamic_tuned
-from .moldable import moldable_schedule
-from .paper import paper_schedule
+from .cost.cluster import Cluster
+from .cost.model import CostModel
+from .cost.problem import Problem
+from .cost.vision import VisionLoad
+from .cost.vision_work import VisionWork
 from .plan import Plan, Wave
-from .problem import Problem
-from .schedule import Schedule
-from .vision_cost import VisionLoad, VisionWork
+from .strategies.families import FAMILIES, LARGE, core_family, moldable_family
+from .strategies.fill import align_waves, fill_idle
+from .strategies.lanes import static_balanced
+from .strategies.schedule import Schedule
 
 __all__ = ["STRATEGIES", "check_strategy", "plan_global_batch"]
 
-STRATEGIES = (
-    "fcp",
-    "paper",
-    "lanes",
-    "moldable",
-    "static",
-    "static-balanced",
-    "pow2",
-    "megatron-hybrid",
-    "megatron-dynamic",
-    "megatron-dynamic-tuned",
-)
+STRATEGIES = tuple(FAMILIES)  # the table's names, in its order
 ON_TOO_LONG = ("raise", "drop")
 # Strategies whose candidates `Cluster(idle="fill")` fills; the baselines (static,
 # static-balanced, megatron-hybrid, megatron-dynamic(-tuned)) keep the plans they are defined
@@ -82,106 +70,12 @@ def check_strategy(strategy: object) -> str:
     return strategy
 
 
-def _prologue_lanes(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule]:
-    """Sequences that need more than N/2 (or N/4, or a node of) replicas first, when everyone is
-    free, placed by moldable list scheduling; the rest in lanes that start as replicas leave
-    the prologue.
-
-    A group that spans most of the cluster cannot share it with lanes; run later it would wait
-    for the slowest lane. Running such groups first costs no waiting at all. The prologue is
-    tried at the wide sequences' minimum degrees (leaving the most replicas to the lanes) and
-    with up to 8 more replicas each (finishing the prologue sooner).
-    """
-    out: list[Schedule] = []
-    seen: set[int] = set()
-    for label, width in (
-        ("N/2", prob.num_replicas // 2),
-        ("N/4", prob.num_replicas // 4),
-        ("node", prob.replicas_per_node),
-    ):
-        wide = prob.dmin[units] > width
-        count = int(wide.sum())
-        if count == 0 or count == units.size or count in seen:
-            continue
-        seen.add(count)
-        for extra in (0, 8):
-            pro = moldable_schedule(prob, units[wide], extra=extra)
-            if pro is not None:
-                pro.name = f"prologue(d>{label},+{extra})"
-                out += lane_candidates(
-                    prob, lower, units[~wide], prologue=pro, credits=(0.8,), keep=1
-                )
-    return out
-
-
-def _named(sch: Schedule | None, name: str) -> Schedule | None:
-    if sch is not None:
-        sch.name = name
-    return sch
-
-
-LARGE = 2_000_000  # sequences × replicas above which the costlier candidates are trimmed
-
-
-def _fcp_family(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule | None]:
-    """fcp's own candidates, then megatron-dynamic's plans at every knob of its grid, each
-    scored only when a lower bound on it is below the best so far (they never won a cell of
-    the quality grid; they make fcp never worse than megatron-dynamic(-tuned))."""
-    own = [s for s in _core_family(prob, lower, units) if s is not None]
-    best = min((s.makespan for s in own), default=np.inf)
-    return [*own, *megatron_dynamic_tuned(prob, units, prune_above=best)]
-
-
-def _moldable_family(prob: Problem, units: np.ndarray) -> list[Schedule | None]:
-    """Moldable list scheduling longest first (+4 replicas) and widest first (+0, +1)."""
-    # widest first, then longest: the sequences that need most of the cluster start together
-    # at t = 0 and the rest fill in around them (at their minimum degree, or one more)
-    by_width = units[np.lexsort((-prob.work[units], -prob.dmin[units]))]
-    return [
-        moldable_schedule(prob, units),
-        _named(moldable_schedule(prob, by_width, extra=0), "widest-first+0"),
-        _named(moldable_schedule(prob, by_width, extra=1), "widest-first+1"),
-    ]
-
-
-def _core_family(prob: Problem, lower: float, units: np.ndarray) -> list[Schedule | None]:
-    """fcp's own candidates, also the pow2 strategy's (on a power-of-two Problem).
-
-    On large problems (8192 sequences on 1024 replicas is 8.4M) the paper's candidate tries
-    one wave count instead of three and moldable list scheduling, whose cost grows as
-    sequences × replicas × degrees and which never wins there, is left out: this keeps such a
-    plan near 0.2 s instead of 0.6 s."""
-    large = units.size * prob.num_replicas > LARGE
-    return [
-        paper_schedule(prob, units, tries=1 if large else 3),
-        *lane_candidates(prob, lower, units),
-        *_prologue_lanes(prob, lower, units),
-        *([] if large else _moldable_family(prob, units)),
-        static_balanced(prob, units),
-        static_megatron(prob, units),
-    ]
-
-
-_FAMILIES: dict[str, Callable[[Problem, float, np.ndarray], list[Schedule | None]]] = {
-    "fcp": _fcp_family,
-    "pow2": _core_family,
-    "paper": lambda p, lb, u: [paper_schedule(p, u)],
-    "lanes": lambda p, lb, u: list(lane_candidates(p, lb, u)),
-    "moldable": lambda p, lb, u: [moldable_schedule(p, u)],
-    "static": lambda p, lb, u: [static_megatron(p, u)],
-    "static-balanced": lambda p, lb, u: [static_balanced(p, u)],
-    "megatron-hybrid": lambda p, lb, u: [megatron_hybrid(p, u)],
-    "megatron-dynamic": lambda p, lb, u: [megatron_dynamic(p, u)],
-    "megatron-dynamic-tuned": lambda p, lb, u: list(megatron_dynamic_tuned(p, u)),
-}
-
-
 def _vision_load(vision: VisionWork | None, cost: CostModel, lens: np.ndarray) -> VisionLoad | None:
     """The batch's priced vision work, or None when it has none (text-only batches)."""
     if vision is None:
         return None
     if not isinstance(vision, VisionWork):
-        raise TypeError(f"vision must be a fcp_data.planner.VisionWork, got {type(vision)}")
+        raise ArgumentTypeError(f"vision must be a fcp_data.planner.VisionWork, got {type(vision)}")
     if cost.vision is None:
         if np.any(vision.units > 0):
             raise ConfigError(
@@ -201,7 +95,7 @@ def _blind_candidates(
     """The candidates planned without vision work, scored with it (named "vision-blind:...")."""
     units = blind.order[keep[blind.order]]
     lower = lower_bound(blind, np.flatnonzero(keep))
-    family = _core_family if strategy in ("fcp", "pow2") else _FAMILIES[strategy]
+    family = core_family if strategy in ("fcp", "pow2") else FAMILIES[strategy]
     out = []
     for sch in family(blind, lower, units):
         if sch is not None:
@@ -252,7 +146,7 @@ def _candidates(
     """
     units = prob.order[keep[prob.order]]
     lower = lower_bound(prob, np.flatnonzero(keep))
-    found = [s for s in _FAMILIES[strategy](prob, lower, units) if s is not None]
+    found = [s for s in FAMILIES[strategy](prob, lower, units) if s is not None]
     if blind is not None and strategy in ("fcp", "pow2"):
         found += _blind_candidates(blind, prob, keep, strategy)
     if strategy == "fcp":
@@ -319,7 +213,7 @@ def _pow2_candidates(
         found = _candidates("pow2", p2, b2, keep, seed)[0]
     elif size <= LARGE:
         found = [
-            s for s in (*_moldable_family(p2, units), static_balanced(p2, units)) if s is not None
+            s for s in (*moldable_family(p2, units), static_balanced(p2, units)) if s is not None
         ]
     else:
         return []
@@ -398,7 +292,7 @@ def plan_global_batch(
     if too_long.size and on_too_long == "raise":
         shown = too_long[:5].tolist()
         pow2_note = " at power-of-two degrees" if strategy == "pow2" else ""
-        raise ValueError(
+        raise ConfigError(
             f"{too_long.size} sequence(s) cannot fit even on all {prob.num_replicas} replicas "
             f"of {prob.cap} tokens each (ids {shown}, lengths {prob.lens[shown].tolist()}; the "
             f"cluster holds at most {prob.num_replicas * prob.cap} tokens per sequence"
@@ -422,7 +316,7 @@ def plan_global_batch(
         ).with_digest()
     found, lower = _candidates(strategy, prob, blind, keep, seed)
     if not found:
-        raise ValueError(
+        raise PlanningError(
             f"strategy={strategy!r} found no feasible plan for {units.size} sequences on "
             f"{prob.num_replicas} replicas (e.g. 'static' needs a degree dividing N that holds the "
             "longest sequence); try strategy='fcp'"
@@ -431,6 +325,6 @@ def plan_global_batch(
     candidates = {s.name: s.makespan for s in found}
     if len(candidates) != len(found):
         raise RuntimeError(f"candidate names collide: {[s.name for s in found]}")
-    return best.to_plan(
-        prob, strategy=strategy, candidates=candidates, lower=lower, dropped=dropped
+    return to_plan(
+        best, prob, strategy=strategy, candidates=candidates, lower=lower, dropped=dropped
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import shard_tokens
+from .cost.problem import Problem
 from .kernels import BETA1, BETA2, BETA3, INTER_NODE_BANDWIDTH, INTRA_NODE_BANDWIDTH, TRANSPORTS
-from .problem import Problem
 
 __all__ = ["lower_bound"]
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .api import plan_global_batch
-from .cluster import Cluster
-from .cost import CostModel
+from .cost.cluster import Cluster
+from .cost.model import CostModel
 from .plan import Plan
 from .simulate import score_plan
 

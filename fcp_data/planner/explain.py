@@ -19,8 +19,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .cluster import Cluster
-from .cost import CostModel
+from .cost.cluster import Cluster
+from .cost.model import CostModel
 from .plan import Plan
 
 __all__ = ["format_degrees", "why_one_degree"]

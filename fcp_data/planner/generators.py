@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ConfigError
+
 __all__ = ["DISTRIBUTIONS", "LengthDistribution", "generate_lengths"]
 
 MAX_LEN = 131_072
@@ -135,9 +137,9 @@ DISTRIBUTIONS: dict[str, LengthDistribution] = {
 def generate_lengths(distribution: str, n: int, *, seed: int = 0) -> np.ndarray:
     """`n` token counts drawn from a named length distribution (deterministic given `seed`)."""
     if distribution not in DISTRIBUTIONS:
-        raise ValueError(
+        raise ConfigError(
             f"unknown length distribution {distribution!r}; known: {sorted(DISTRIBUTIONS)}"
         )
     if n < 1:
-        raise ValueError(f"n={n} must be >= 1")
+        raise ConfigError(f"n={n} must be >= 1")
     return DISTRIBUTIONS[distribution].draw(np.random.default_rng(seed), int(n))

@@ -15,10 +15,11 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..layout import shard_tokens
-from .cluster import Cluster
-from .cost import CostModel
-from .transports import blocks_span_nodes
+from .cost.cluster import Cluster
+from .cost.model import CostModel
+from .cost.transports import blocks_span_nodes
 
 __all__ = ["exhaustive_optimum"]
 
@@ -39,7 +40,7 @@ def exhaustive_optimum(
 ) -> float:
     lens = np.asarray(seqlens, dtype=np.int64)
     if lens.size > 6 or cluster.num_replicas > 5:
-        raise ValueError(
+        raise ConfigError(
             f"exhaustive search is for tiny batches (≤ 6 sequences, ≤ 5 replicas); got "
             f"{lens.size} sequences on {cluster.num_replicas} replicas"
         )

@@ -13,6 +13,8 @@ import hashlib
 
 import msgspec
 
+from ..errors import ConfigError
+
 __all__ = ["CPGroup", "Plan", "RankPlan", "Wave", "structure_digest"]
 
 
@@ -141,9 +143,11 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     def for_replica(self, replica: int, wave: int) -> RankPlan:
         """The RankPlan of `replica` in `wave` (an empty one when the replica sits it out)."""
         if not 0 <= replica < self.num_replicas:
-            raise ValueError(f"replica={replica} is outside [0, {self.num_replicas}) for this plan")
+            raise ConfigError(
+                f"replica={replica} is outside [0, {self.num_replicas}) for this plan"
+            )
         if not 0 <= wave < self.num_waves:
-            raise ValueError(f"wave={wave} is outside [0, {self.num_waves}) for this plan")
+            raise ConfigError(f"wave={wave} is outside [0, {self.num_waves}) for this plan")
         for g in self.waves[wave].groups:
             if replica in g.replicas:
                 return RankPlan(

@@ -18,15 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PlanningError
 from ..layout import shard_tokens
 from .bounds import lower_bound
-from .cluster import Cluster
-from .cost import CostModel
+from .cost.cluster import Cluster
+from .cost.model import CostModel
+from .cost.problem import Problem
+from .cost.transports import blocks_span_nodes
+from .cost.vision import VisionLoad, member_units
+from .cost.vision_work import VisionWork
 from .plan import Plan
-from .problem import Problem
-from .transports import blocks_span_nodes
-from .vision_cost import VisionLoad, VisionWork, member_units
 
 __all__ = ["Score", "check_plan", "lower_bound_of", "score_plan"]
 
@@ -205,4 +206,4 @@ def check_plan(
         bad = np.flatnonzero(seen != 1)[:5]
         problems.append(f"sequences {bad.tolist()} placed {seen[bad].tolist()} times (want 1)")
     if problems:
-        raise ValueError("invalid plan: " + "; ".join(problems))
+        raise PlanningError("invalid plan: " + "; ".join(problems))

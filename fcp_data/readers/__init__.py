@@ -50,8 +50,8 @@ __all__ = [
 ]
 
 _WHERE = {
-    "RULE_NAMES": "rules",
-    "get_rule": "rules",
+    "RULE_NAMES": "fcp_data.vision.families",
+    "get_rule": "fcp_data.vision.families",
     "CompressedShardError": "errors",
     "ErrorPolicy": "errors",
     "SampleError": "errors",
@@ -60,7 +60,7 @@ _WHERE = {
     "TokenStore": "token_store",
     "RuleMismatchError": "length_index",
     "StaleIndexError": "length_index",
-    "Prober": "probe",
+    "Prober": "fcp_data.vision.probe",
     "RatioCounter": "text",
     "load_counter": "text",
     "SampleRecord": "scan",
@@ -69,12 +69,12 @@ _WHERE = {
     "ScanConfig": "scan",
     "ScanHeader": "scanned",
     "ScannedSource": "scanned",
-    "VisionTokenRule": "rules_base",
-    "VisionTokens": "rules_base",
+    "VisionTokenRule": "fcp_data.vision.families",
+    "VisionTokens": "fcp_data.vision.families",
     "build_index": "build",
-    "decode_frames": "decode",
-    "decode_index_video": "decode",
-    "decode_sample_video": "decode",
+    "decode_frames": "fcp_data.vision.decode",
+    "decode_index_video": "fcp_data.vision.decode",
+    "decode_sample_video": "fcp_data.vision.decode",
     "expand_shards": "shards",
     "make_shards": "synth",
     "stream_records": "stream",
@@ -85,4 +85,5 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    where = module if module.startswith("fcp_data.") else f"{__name__}.{module}"
+    return getattr(importlib.import_module(where), name)

@@ -18,18 +18,15 @@ chunk reports, sparing the manager's ~1 s start).
 
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import os
 import queue
-import re
 import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,7 +40,6 @@ from .errors import (
     EmptyIndexError,
     ErrorPolicy,
     SkippedFile,
-    SkippedSample,
     TooManyFailures,
     empty_scan_message,
 )
@@ -54,36 +50,32 @@ from .index_format import (
     HEADER_NAME,
     MEMBER_ARRAYS,
     SAMPLE_ARRAYS,
-    SOURCES_FORMAT_VERSION,
     IndexHeader,
     ShardEntry,
     index_fingerprint,
 )
 from .length_index import LengthIndex
+from .pieces import Piece, ShardResult, merge_pieces, plan_pieces
 from .remote import is_remote
 from .scan import SampleRecord, ScanConfig, Scanner
 from .shards import as_local_path, expand_shards, is_seekable, shard_fingerprint
-from .sources import format_of, source_meta
+from .sources.registry import format_for
 from .text import TokenCounter, as_counter, load_counter
 from .token_store import TokenRecorder, pack_ids, storable, write_store
 
 __all__ = [
     "LIVE_REPORT_BYTES",
-    "MIN_PIECE_BYTES",
     "REPORT_BYTES",
     "ProgressOptions",
     "build_index",
 ]
 
-MIN_PIECE_BYTES = 1 << 20  # a piece costs a task and a scanner start (~ms): never smaller
 REPORT_BYTES = 1 << 20  # a worker tells the parent every MiB read (or every second)
 REPORT_S = 1.0
 # bytes from which worker processes report progress inside files: their queue lives in a
 # manager process that costs ~0.5-1.5 s to start on 2 busy cores; below this a build reports
 # per finished chunk of pieces instead (it takes seconds at ~20 MB/s a worker anyway)
 LIVE_REPORT_BYTES = 64 << 20
-SPLIT_FORMATS = ("jsonl", "parquet", "megatron")  # formats a piece of a file can be read from
-_LINE_KEY = re.compile(r"^line (\d+)$")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -95,39 +87,11 @@ class ProgressOptions:
     every_s: float = 10.0
 
 
-class _Piece(msgspec.Struct, frozen=True):
-    """A shard, or a piece of one big file: `span` in the format's own unit (a .jsonl's byte
-    range, a .parquet's row groups, a megatron .bin's documents; None: the whole shard), and
-    the bytes [start, end) of the file it accounts for in progress (end 0: size unknown)."""
-
-    url: str
-    part: int = 0
-    parts: int = 1
-    span: tuple[int, int] | None = None
-    start: int = 0
-    end: int = 0
-
-
-class _ShardResult(msgspec.Struct):
-    url: str
-    records: list[SampleRecord]
-    skipped: list[SkippedSample]
-    head_failures: int  # failures before the first good sample (all, if none is good)
-    tail_failures: int
-    fingerprint: str
-    size: int
-    token_ids: Any = None  # (flat ids, per-sample lengths) with a token store, else None
-    checksums: Any = None  # uint32 crc32 of every member of `records`, in member order
-    format: str = "tar"  # sources.FORMATS
-    meta: dict[str, Any] = {}  # what reading it back needs (megatron: dtype, .idx fingerprint)
-    lines: int = 0  # JSON Lines: lines the piece held (numbers the lines of the next piece)
-
-
 class _Meter:
     """Progress of one piece: bytes read and samples, sent on every `REPORT_BYTES` or
     `REPORT_S`, never past the piece's share of the file (the last report tops it up)."""
 
-    def __init__(self, piece: _Piece, send: Callable[[int, int], None] | None) -> None:
+    def __init__(self, piece: Piece, send: Callable[[int, int], None] | None) -> None:
         self.piece, self.send = piece, send
         self.budget = piece.end - piece.start
         self.bytes = self.samples = 0  # sent so far
@@ -155,19 +119,20 @@ class _Meter:
 
 def _scan_shard(
     scanner: Scanner,
-    piece: _Piece | str,
+    piece: Piece | str,
     recorder: TokenRecorder | None = None,
     send: Callable[[int, int], None] | None = None,
-) -> _ShardResult:
+) -> ShardResult:
     if isinstance(piece, str):
-        piece = _Piece(piece)
+        piece = Piece(piece)
     url = piece.url
-    fmt = format_of(url)
+    fmt = format_for(url)
     first = piece.part == 0
-    meta = source_meta(url, fmt, timeout_s=scanner.config.stream_timeout_s) if first else {}
-    if fmt in ("parquet", "arrow", "megatron"):
-        meta = {**meta, "key_base": 1} if first else meta  # "row 1", "doc 1": counted from 1
-    drop = is_remote(url) or fmt != "tar"  # rows, decompressed lines, ids: read back later
+    timeout_s = scanner.config.stream_timeout_s
+    meta = fmt.meta(url, timeout_s) if first and fmt.meta is not None else {}
+    # members are read back later by range or row, not shipped to the parent; a stream's
+    # samples (pipe:, FIFO) cannot be read again and keep theirs
+    drop = is_seekable(url) or is_remote(url)
     start = len(scanner.log.skipped)
     records: list[SampleRecord] = []
     ids: list[np.ndarray] = []
@@ -199,8 +164,8 @@ def _scan_shard(
     fingerprint = shard_fingerprint(url) if first else ""
     if url.startswith("pipe:"):  # was "": a changed command output was never seen
         fingerprint = pipe_fingerprint([m for r in records for m in r.members.values()], checksums)
-    res = _ShardResult(
-        url, records, skipped, head, tail, fingerprint, size, checksums=checksums, format=fmt
+    res = ShardResult(
+        url, records, skipped, head, tail, fingerprint, size, checksums=checksums, format=fmt.name
     )
     res.meta, res.lines = meta, lines
     if recorder is not None and not recorder.unusable:
@@ -209,8 +174,8 @@ def _scan_shard(
 
 
 def _scan_chunk(
-    pieces: list[_Piece], config: ScanConfig, counter: TokenCounter, report: Any = None
-) -> list[_ShardResult]:
+    pieces: list[Piece], config: ScanConfig, counter: TokenCounter, report: Any = None
+) -> list[ShardResult]:
     """Scan consecutive shards (or pieces) with one Scanner, so one probe child serves them
     all; `report` (a manager queue) gets (bytes, samples) as they are read."""
     recorder = counter if isinstance(counter, TokenRecorder) else None
@@ -219,117 +184,7 @@ def _scan_chunk(
         return [_scan_shard(scanner, p, recorder, send) for p in pieces]
 
 
-def _split(url: str, size: int, target: int) -> list[tuple[tuple[int, int], int, int]]:
-    """(span, first byte, end byte) of each piece of a big local file, or [] to keep it whole.
-
-    About size / target pieces, cut where the format allows: JSON Lines anywhere (a piece owns
-    the lines that start inside it), Parquet between row groups, megatron between documents."""
-    fmt = format_of(url)
-    n = math.ceil(size / target) if target > 0 else 1
-    if fmt not in SPLIT_FORMATS or n < 2 or not is_seekable(url) or not os.path.isfile(url):
-        return []
-    if fmt == "jsonl":
-        cuts = sorted({size * k // n for k in range(n + 1)})
-        return [((a, b), a, b) for a, b in pairwise(cuts)]
-    if fmt == "megatron":
-        from .sources.megatron import read_idx_file
-
-        idx = read_idx_file(url, timeout_s=60.0)
-        offsets = np.append(idx.doc_offset, idx.bin_bytes)
-        wanted = [size * k // n for k in range(n + 1)]
-        docs = sorted({int(np.searchsorted(offsets, w)) for w in wanted} | {0, len(idx)})
-        docs = [d for d in docs if d <= len(idx)]
-        return [((a, b), int(offsets[a]), int(offsets[b])) for a, b in pairwise(docs)]
-    from .sources.tables import row_group_rows
-
-    rows = np.asarray(row_group_rows(url), dtype=np.int64)
-    if rows.size < 2 or rows.sum() == 0:
-        return []
-    share = np.concatenate([[0], np.cumsum(rows)]) * size // int(rows.sum())  # bytes by rows
-    groups = sorted(
-        {int(np.searchsorted(share, size * k // n)) for k in range(n + 1)} | {0, rows.size}
-    )
-    groups = [g for g in groups if g <= rows.size]
-    return [((a, b), int(share[a]), int(share[b])) for a, b in pairwise(groups)]
-
-
-def _pieces(urls: list[str], workers: int) -> list[_Piece]:
-    """Every shard as one piece, and big local files as several when workers > 1."""
-    sizes = [os.path.getsize(u) if is_seekable(u) and os.path.isfile(u) else 0 for u in urls]
-    target = max(MIN_PIECE_BYTES, sum(sizes) // (workers * 4)) if workers > 1 else 0
-    out: list[_Piece] = []
-    for url, size in zip(urls, sizes):
-        cut = _split(url, size, target) if target and size > target else []
-        if len(cut) < 2:
-            out.append(_Piece(url, end=size))
-            continue
-        out.extend(
-            _Piece(url, k, len(cut), span, start, end) for k, (span, start, end) in enumerate(cut)
-        )
-    return out
-
-
-def _shift_line(key: str, by: int) -> str:
-    m = _LINE_KEY.match(key)
-    return f"line {int(m.group(1)) + by}" if m and by else key
-
-
-def _merge(parts: list[_ShardResult]) -> _ShardResult:
-    """The pieces of one file as one shard: records, skips, checksums and ids in order,
-    JSON Lines keys renumbered past the lines of the pieces before, the failure runs at the
-    head and tail joined across pieces."""
-    if len(parts) == 1:
-        return parts[0]
-    seen = 0
-    for p in parts:
-        if seen:
-            for r in p.records:
-                r.key = _shift_line(r.key, seen)
-            p.skipped = [
-                SkippedSample(s.shard, _shift_line(s.key, seen), s.reason) for s in p.skipped
-            ]
-        seen += p.lines
-    head = tail = 0
-    for p in parts:
-        head += p.head_failures if p.records else len(p.skipped)
-        if p.records:
-            break
-    for p in reversed(parts):
-        tail += p.tail_failures if p.records else len(p.skipped)
-        if p.records:
-            break
-    ids = [p.token_ids for p in parts]
-    first = parts[0]
-    return _ShardResult(
-        first.url,
-        [r for p in parts for r in p.records],
-        [s for p in parts for s in p.skipped],
-        head,
-        tail,
-        first.fingerprint,
-        first.size,
-        token_ids=None
-        if any(t is None for t in ids)
-        else (np.concatenate([t[0] for t in ids]), np.concatenate([t[1] for t in ids])),
-        checksums=np.concatenate([p.checksums for p in parts]),
-        format=first.format,
-        meta=first.meta,
-        lines=seen,
-    )
-
-
-def _merge_pieces(pieces: list[_Piece], results: list[_ShardResult]) -> list[_ShardResult]:
-    """One result per shard from the results of its pieces (in piece order)."""
-    out: list[_ShardResult] = []
-    k = 0
-    while k < len(pieces):
-        n = pieces[k].parts
-        out.append(_merge(results[k : k + n]))
-        k += n
-    return out
-
-
-def _check_runs(results: list[_ShardResult], policy: ErrorPolicy) -> None:
+def _check_runs(results: list[ShardResult], policy: ErrorPolicy) -> None:
     """Raise when bad samples run on across shard boundaries past the policy's limit."""
     run = 0
     for res in results:
@@ -350,7 +205,7 @@ def _check_runs(results: list[_ShardResult], policy: ErrorPolicy) -> None:
 
 
 def _write(
-    out: Path, header: IndexHeader, results: list[_ShardResult], recorder: TokenRecorder | None
+    out: Path, header: IndexHeader, results: list[ShardResult], recorder: TokenRecorder | None
 ) -> None:
     records = [r for res in results for r in res.records]
     n = len(records)
@@ -420,7 +275,7 @@ def _tokenizer_file(counter: Any) -> str:
     return str(getattr(counter, "source", "") or getattr(inner, "source", "") or "")
 
 
-def _bar(progress: bool | ProgressOptions, pieces: list[_Piece]) -> Progress | None:
+def _bar(progress: bool | ProgressOptions, pieces: list[Piece]) -> Progress | None:
     if progress is False:
         return None
     opts = progress if isinstance(progress, ProgressOptions) else ProgressOptions()
@@ -446,13 +301,13 @@ def _drain(report: Any, bar: Progress) -> None:
 
 
 def _scan_all(
-    pieces: list[_Piece],
+    pieces: list[Piece],
     config: ScanConfig,
     counter: TokenCounter,
     recorder: TokenRecorder | None,
     workers: int,
     bar: Progress | None,
-) -> list[_ShardResult]:
+) -> list[ShardResult]:
     """Every piece's result, in order: in this process, or in a spawn pool whose workers
     report (bytes, samples) through a manager queue the parent drains while it waits."""
     send = None if bar is None else lambda b, n: bar.advance(b, extra=n)
@@ -469,7 +324,7 @@ def _scan_all(
     try:
         report = manager.Queue() if manager is not None else None
         with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=ctx) as pool:
-            futures: list[Future[list[_ShardResult]]] = [
+            futures: list[Future[list[ShardResult]]] = [
                 pool.submit(_scan_chunk, c, config, counter, report) for c in chunks
             ]
             owner = {f: c for f, c in zip(futures, chunks)}
@@ -543,12 +398,12 @@ def build_index(
             f"{out} exists and is not a length index; refusing to replace it. "
             "Choose a new or empty output directory"
         )
-    pieces = _pieces(urls, workers)
+    pieces = plan_pieces(urls, workers)
     bar = _bar(progress, pieces)
     if bar is not None:
         bar.__enter__()
     try:
-        results = _merge_pieces(pieces, _scan_all(pieces, config, counter, recorder, workers, bar))
+        results = merge_pieces(pieces, _scan_all(pieces, config, counter, recorder, workers, bar))
     except BaseException:
         if bar is not None:
             bar.__exit__(*sys.exc_info())
@@ -573,9 +428,8 @@ def build_index(
         return as_local_path(os.path.relpath(os.path.abspath(url), out.resolve()))
 
     header = IndexHeader(
-        format_version=FORMAT_VERSION
-        if all(format_of(u) == "tar" for u in urls)
-        else SOURCES_FORMAT_VERSION,
+        # the oldest version that can record every format used (tars alone: version 1)
+        format_version=max((format_for(u).index_version for u in urls), default=FORMAT_VERSION),
         num_samples=sum(len(r.records) for r in results),
         scan=config,
         rule=rule_settings,

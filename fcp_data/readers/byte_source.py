@@ -78,7 +78,8 @@ class ByteSource:
     def _fill(self, want: int) -> None:
         """Buffer at least `want` bytes from the stream, or up to its end."""
         while len(self._buf) < want and not self._eof:
-            if self.max_bytes and self.pos + len(self._buf) >= self.max_bytes:
+            have = self.pos + len(self._buf)
+            if self.max_bytes and have > self.max_bytes:
                 self.stalled = True
                 raise StreamTooLong(
                     f"{self.url}: still producing after {self.max_bytes} bytes, the limit for "
@@ -95,7 +96,10 @@ class ByteSource:
                     "stream_timeout_s if the source is just slow, else check the source"
                 )
             try:
-                chunk = os.read(self._fd, READ_CHUNK)
+                # never past limit + 1 byte: what a capped stream yields is exact, and a
+                # stream of exactly `max_bytes` still reaches its end
+                room = self.max_bytes + 1 - have if self.max_bytes else READ_CHUNK
+                chunk = os.read(self._fd, min(READ_CHUNK, room))
             except BlockingIOError:  # a FIFO's writer came and went between select and read
                 continue
             if chunk:

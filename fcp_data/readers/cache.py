@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError, StaleIndexError
+from ..errors import ConfigError, DataError, StaleIndexError
 from .abandon import on_abandon
 from .byte_source import open_source
 
@@ -111,7 +111,7 @@ class ShardCache:
         self, url: str, path: Path, timeout_s: float, verify: Callable[[str], None] | None
     ) -> None:
         if not url.startswith("pipe:"):
-            raise ValueError(f"{url!r} is not a pipe: URL; only pipe: shards are cached")
+            raise ConfigError(f"{url!r} is not a pipe: URL; only pipe: shards are cached")
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f"{path.name}.partial-{os.getpid()}")
         src = open_source(url, timeout_s=timeout_s)  # own session, select-bounded reads

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MemberError
 from ..vision import MEDIA_MARKERS, ROLES, chat_pieces, count_chat, is_chat
 
 __all__ = [
@@ -56,24 +56,24 @@ def check_text_chat(turns: Sequence[dict[str, Any]]) -> None:
     """ValueError (one bad sample) naming the turn whose role or content cannot be rendered."""
     for i, t in enumerate(turns):
         if not isinstance(t, dict):  # was an AttributeError ("'int' object has no attribute")
-            raise ValueError(
+            raise MemberError(
                 f"chat turn {i} is {t!r:.40} ({type(t).__name__}); each turn must be an object "
                 "with a role and a string content"
             )
         role = t.get("role", t.get("from"))
         if not isinstance(role, str) or role not in ROLES:
-            raise ValueError(
+            raise MemberError(
                 f"chat turn {i} has role {role!r}; allowed: {', '.join(sorted(ROLES))}"
             )
         content = t.get("content", t.get("value"))
         if not isinstance(content, str):
-            raise ValueError(
+            raise MemberError(
                 f"chat turn {i} ({role}) has {type(content).__name__} content; each turn's "
                 "content must be a string"
             )
         marker = next((m for m in MEDIA_MARKERS if m in content), None)
         if marker is not None:
-            raise ValueError(
+            raise MemberError(
                 f"chat turn {i} holds a {marker} marker but the sample is text only (no media "
                 "member); write it as a media sample or remove the marker"
             )

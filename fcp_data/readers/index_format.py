@@ -82,7 +82,7 @@ class ShardEntry(msgspec.Struct, frozen=True, kw_only=True):
     fingerprint: str
     size: int
     num_samples: int
-    # how the shard is read (readers.sources.FORMATS); indexes written before it are tars
+    # how the shard is read (a `sources.registry` format name); older indexes: tars
     format: str = "tar"
     meta: dict[str, Any] = {}  # megatron: the ids' dtype and the .idx fingerprint
 
@@ -216,10 +216,11 @@ def _check_values(path: Path, header: IndexHeader, a: dict[str, np.ndarray], reb
     bad("member_start", "do not tile the member table", np.flatnonzero(start != expect))
     off, size = a["member_offset"], a["member_size"]
     bad("member_offset", "are negative", np.flatnonzero((off < 0) | (size < 0)))
-    from .sources import BYTE_RANGE_FORMATS  # rows and decompressed offsets are not bytes
+    from .sources.registry import formats  # rows and decompressed offsets are not bytes
 
+    ranged = {f.name for f in formats() if f.byte_range}
     shard_size = np.array(
-        [s.size if s.format in BYTE_RANGE_FORMATS else 0 for s in header.shards], dtype=np.int64
+        [s.size if s.format in ranged else 0 for s in header.shards], dtype=np.int64
     )
     limit = np.repeat(shard_size[shard], count)  # 0 = unknown (a pipe): not checked
     outside = np.flatnonzero((limit > 0) & (off + size > limit))

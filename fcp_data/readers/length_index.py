@@ -17,7 +17,7 @@ import os
 import warnings
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -25,7 +25,13 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import ConfigError, IndexMismatchError, StaleIndexError
+from ..errors import (
+    ConfigError,
+    IndexMismatchError,
+    MissingFileError,
+    OutOfRangeError,
+    StaleIndexError,
+)
 from ..vision.modality import MODALITIES
 from .errors import SkippedSample
 from .index_format import (
@@ -38,7 +44,7 @@ from .index_format import (
 )
 from .remote import is_remote
 from .shards import is_seekable, shard_fingerprint
-from .sources import megatron_idx, present, read_rows
+from .sources.registry import format_named
 
 __all__ = ["LengthIndex", "PipeNotAllowedError", "RuleMismatchError", "StaleIndexError"]
 
@@ -102,7 +108,7 @@ class LengthIndex:
         path = Path(path)
         head = path / HEADER_NAME
         if not head.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{path} is not a length index (no {HEADER_NAME}); "
                 "build one with `fcp index SHARDS -o INDEX`"
             )
@@ -159,13 +165,12 @@ class LengthIndex:
                     f"shard {url} changed since index {self.path} was built; "
                     "rebuild it with `fcp index`"
                 )
-            if entry.format == "megatron":  # the lengths come from the .idx beside it
-                idx = megatron_idx(url)
-                if shard_fingerprint(idx) != entry.meta.get("idx_fingerprint"):
-                    raise StaleIndexError(
-                        f"{idx} (the lengths of shard {url}) changed since index {self.path} "
-                        "was built; rebuild it with `fcp index`"
-                    )
+            stale = format_named(entry.format).stale  # megatron: the .idx beside it
+            why = stale(url, entry.meta) if stale is not None else ""
+            if why:
+                raise StaleIndexError(
+                    f"{why} since index {self.path} was built; rebuild it with `fcp index`"
+                )
 
     def check_rule(self, expect: str | dict[str, Any]) -> None:
         built = self.header.rule
@@ -280,13 +285,19 @@ class LengthIndex:
     def read(self, i: int, exts: list[str] | None = None) -> dict[str, bytes]:
         """Sample i's members (all, or `exts`) by seeking to their tar offsets."""
         if not 0 <= i < len(self):
-            raise IndexError(f"sample {i} out of range for an index of {len(self)} samples")
+            raise OutOfRangeError(f"sample {i} out of range for an index of {len(self)} samples")
         shard = int(self._v["shard"][i])
         url = self.shard_urls[shard]
         entry = self.header.shards[shard]
-        fmt = entry.format
-        if fmt in ("parquet", "arrow"):  # rows, not byte ranges
-            rows = read_rows(self._table(shard, url, fmt), self.members(i), exts)
+        fmt = format_named(entry.format)
+        limit = self.header.scan.stream_max_bytes
+        if fmt.rows is not None:  # rows, not byte ranges
+            reader = self._table(shard, url, fmt.rows)
+            rows = {
+                ext: reader.member(row)
+                for ext, (row, _size) in self.members(i).items()
+                if exts is None or ext in exts
+            }
             self._check_members(i, url, rows)
             return rows
         if not is_seekable(url):
@@ -295,10 +306,10 @@ class LengthIndex:
             got = self._shard_access().read(i, url, exts)
             if isinstance(got, dict):
                 self._check_members(i, url, got)
-                return present(fmt, entry.meta, got, limit=self.header.scan.stream_max_bytes)
+                return fmt.present_members(entry.meta, got, limit)
             url = got  # a pipe: shard's local copy
-        elif fmt in ("jsonl.gz", "jsonl.zst"):
-            url = self._decompressed(shard, url, fmt)
+        elif fmt.local_copy is not None:
+            url = self._decompressed(shard, url, fmt.local_copy)
         fd = self._files.get(shard)
         if fd is None:
             fd = os.open(url, os.O_RDONLY)
@@ -319,15 +330,13 @@ class LengthIndex:
                 )
             out[ext] = data
         self._check_members(i, url, out)
-        return present(fmt, entry.meta, out, limit=self.header.scan.stream_max_bytes)
+        return fmt.present_members(entry.meta, out, limit)
 
-    def _table(self, shard: int, url: str, fmt: str) -> Any:
+    def _table(self, shard: int, url: str, open_rows: Callable[[str, str], Any]) -> Any:
         """The row reader of a Parquet / Arrow shard (LRU of MAX_OPEN_SHARDS per process)."""
         reader = self._tables.get(shard)
         if reader is None:
-            from .sources.tables import TableRows
-
-            reader = TableRows(url, fmt, self.header.scan.text_field)
+            reader = open_rows(url, self.header.scan.text_field)
             self._tables[shard] = reader
             if len(self._tables) > MAX_OPEN_SHARDS:
                 self._tables.popitem(last=False)
@@ -335,13 +344,12 @@ class LengthIndex:
             self._tables.move_to_end(shard)
         return reader
 
-    def _decompressed(self, shard: int, url: str, fmt: str) -> str:
+    def _decompressed(self, shard: int, url: str, local_copy: Callable[..., str]) -> str:
         """A local decompressed copy of a compressed JSON Lines shard, made once per host in
         the shard cache directory; its lines are verified by the index's checksums."""
         path = self._copies.get(shard)
         if path is None:
             from .cache import default_cache_dir
-            from .sources.jsonl import decompressed_copy
 
             cache = self.shard_cache
             directory = cache.directory if cache is not None else default_cache_dir()
@@ -356,7 +364,7 @@ class LengthIndex:
                 )
                 end = int(ends.max()) if ends.size else 0
             fingerprint = self.header.shards[shard].fingerprint
-            path = decompressed_copy(url, fmt, fingerprint, directory, end=end)
+            path = local_copy(url, fingerprint, directory, end)
             self._copies[shard] = path
         return path
 

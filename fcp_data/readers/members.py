@@ -16,6 +16,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Mapping
 
+from ..errors import MemberError
+
 __all__ = ["GZ_INNER", "effective_exts", "gunzip_members"]
 
 GZ_INNER = {"txt.gz": "txt", "json.gz": "json", "npy.gz": "npy"}
@@ -40,7 +42,7 @@ def _gunzip(data: bytes, ext: str, limit: int) -> bytes:
                 out += obj.decompress(pending, _STEP)
                 pending = obj.unconsumed_tail
                 if len(out) > limit:
-                    raise ValueError(
+                    raise MemberError(
                         f"member .{ext} gunzips to more than {limit} bytes, the limit "
                         "(stream_max_bytes, `fcp index --stream-max-bytes`); re-create the "
                         "sample or raise the limit"
@@ -48,9 +50,9 @@ def _gunzip(data: bytes, ext: str, limit: int) -> bytes:
                 if obj.eof or not pending:
                     break
         except zlib.error as exc:
-            raise ValueError(f"member .{ext} does not gunzip ({exc}); re-create it") from exc
+            raise MemberError(f"member .{ext} does not gunzip ({exc}); re-create it") from exc
         if not obj.eof:
-            raise ValueError(f"member .{ext} is cut: its gzip stream has no end; re-create it")
+            raise MemberError(f"member .{ext} is cut: its gzip stream has no end; re-create it")
         pending = obj.unused_data
         if not pending.strip(b"\0"):
             break
@@ -69,7 +71,7 @@ def gunzip_members(members: Mapping[str, bytes], limit: int) -> dict[str, bytes]
         if inner is None:
             continue
         if inner in out:
-            raise ValueError(
+            raise MemberError(
                 f"the sample holds both .{inner} and .{ext}; keep one of them in the shard"
             )
         out[inner] = _gunzip(data, ext, limit)

@@ -17,20 +17,19 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import ConfigError, MissingDependencyError
+from ..errors import ConfigError, MemberError, MissingDependencyError
 from ..vision.families import VisionTokenRule, get_rule
+from ..vision.media_meta import VideoMeta, decode_json_object, image_size, video_meta_from_fields
 from ..vision.modality import IMAGE_EXTS, MODALITIES, VIDEO_EXTS, Modality
+from ..vision.probe import BACKENDS, Prober, ProbeTimeout
 from .errors import ErrorPolicy, FailureLog
-from .media_meta import VideoMeta, decode_json_object, image_size, video_meta_from_fields
 from .members import GZ_INNER, gunzip_members
-from .probe import BACKENDS, Prober, ProbeTimeout
 from .shards import (
     STREAM_MAX_BYTES,
     STREAM_TIMEOUT_S,
     BadMember,
     RawSample,
     is_seekable,
-    iter_raw_samples,
     read_members,
 )
 from .text import RatioCounter, TokenCounter, as_counter, load_counter
@@ -44,6 +43,7 @@ __all__ = [
     "ScanConfig",
     "Scanner",
     "check_scan_config",
+    "loads_while_scanning",
 ]
 
 TEXT_EXTS = ("txt", "json", "npy")  # VIDEO_EXTS, IMAGE_EXTS, MODALITIES: fcp_data.vision.modality
@@ -105,11 +105,10 @@ class SampleRecord(msgspec.Struct, kw_only=True):
             out = {k: v for k, v in self.payload.items() if exts is None or k in exts}
         else:
             out = read_members(self.url, self.members, exts)
-        if self.dtype:  # megatron: raw ids -> .npy, what the loader's pre-tokenized path reads
-            from .sources import present
+        from .sources.registry import format_for
 
-            out = present("megatron", {"dtype": self.dtype}, out)
-        return gunzip_members(out, STREAM_MAX_BYTES)
+        # megatron: raw ids -> .npy, what the loader's pre-tokenized path reads
+        return format_for(self.url).present_members({"dtype": self.dtype}, out, STREAM_MAX_BYTES)
 
 
 def _column_limits() -> dict[str, tuple[int, int]]:
@@ -132,7 +131,7 @@ def _check_columns(record: SampleRecord, limits: dict[str, tuple[int, int]]) -> 
     for name, (low, high) in limits.items():
         value = getattr(record, name)
         if not low <= value <= high:
-            raise ValueError(
+            raise MemberError(
                 f"{name}={value} does not fit the index column ({low}..{high}); fix the "
                 "sample's metadata"
             )
@@ -176,7 +175,9 @@ def check_scan_config(config: ScanConfig) -> None:
             raise ConfigError(f"{name}={value!r} must be an integer in [{low}, {high}]")
 
 
-def _load_ext(ext: str) -> bool:
+def loads_while_scanning(ext: str) -> bool:
+    """True for a member the scanner reads while indexing (text, json, npy, images, gzipped
+    text); video bytes are read only to probe a video without a sidecar."""
     return ext in TEXT_EXTS or ext in IMAGE_EXTS or ext in GZ_INNER
 
 
@@ -229,24 +230,19 @@ class Scanner:
         the format's sample iterable when it reports progress itself (`done_fraction()`) and
         None when a record's member offsets do."""
         from .chat_text import ChatNotStorableError
-        from .sources import PAYLOAD_FORMATS, format_of, iter_source_samples
+        from .sources.registry import format_for
 
-        c = self.config
-        fmt = format_of(url)
-        self.cursor = None
-        if fmt == "megatron":
-            yield from self._scan_megatron(url, span)
-            return
-        if fmt == "tar":
-            raws: Any = iter_raw_samples(
-                url, _load_ext, timeout_s=c.stream_timeout_s, max_bytes=c.stream_max_bytes
-            )
-        else:
-            raws = self.cursor = iter_source_samples(url, fmt, c, span)
-        keep = fmt in PAYLOAD_FORMATS  # offsets are rows or decompressed: keep the bytes
+        fmt = format_for(url)
+        raws = fmt.samples(url, self.config, span)
+        self.cursor = raws if hasattr(raws, "done_fraction") else None
+        keep = fmt.keeps_payload  # offsets are rows or decompressed: keep the bytes
         for raw in raws:
             if isinstance(raw, BadMember):
                 self.log.fail(url, raw.key, raw.reason)
+                continue
+            if isinstance(raw, SampleRecord):  # counted by the format itself (megatron ids)
+                self.log.ok()
+                yield raw
                 continue
             try:
                 record = self.record(url, raw)
@@ -261,37 +257,11 @@ class Scanner:
             self.log.ok()
             yield record
 
-    def _scan_megatron(self, url: str, span: tuple[int, int] | None) -> Iterator[SampleRecord]:
-        """A record per document of a megatron .bin, lengths from its .idx (no tokenizer)."""
-        from .sources.megatron import iter_documents, read_idx_file
-
-        c = self.config
-        index = read_idx_file(url, timeout_s=c.stream_timeout_s)
-        dtype, item = index.dtype.name, index.dtype.itemsize
-        docs = iter_documents(url, timeout_s=c.stream_timeout_s, index=index, span=span)
-        for key, off, n, raw in docs:
-            if n == 0:
-                self.log.fail(url, key, "empty document (0 tokens)")
-                continue
-            self.log.ok()
-            yield SampleRecord(
-                key=key,
-                url=url,
-                modality=Modality.TEXT.value,
-                text_tokens=n,
-                vision_tokens=0,
-                special_tokens=c.text_special_tokens,
-                causal=True,
-                members={"npy": (off, n * item)},
-                payload=None if raw is None else {"npy": raw},
-                dtype=dtype,
-            )
-
     def _text(self, data: bytes, what: str) -> str:
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ValueError(f"{what} is not UTF-8 ({exc}); re-encode it") from exc
+            raise MemberError(f"{what} is not UTF-8 ({exc}); re-encode it") from exc
 
     def _json(self, data: bytes) -> dict[str, Any]:
         return decode_json_object(data, ".json")
@@ -300,7 +270,7 @@ class Scanner:
         try:
             return self._json(data)
         except ValueError as exc:
-            raise ValueError(f"sidecar {exc}") from exc
+            raise MemberError(f"sidecar {exc}") from exc
 
     def _caption(self, raw: RawSample, fields: dict[str, Any] | None) -> int:
         if "txt" in raw.payload:
@@ -386,11 +356,11 @@ class Scanner:
             try:
                 ids = np.load(io.BytesIO(raw.payload["npy"]), allow_pickle=False)
             except NPY_ERRORS as exc:  # a damaged header raised tokenize.TokenError
-                raise ValueError(
+                raise MemberError(
                     f".npy token ids do not load ({type(exc).__name__}: {exc})"
                 ) from exc
             if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-                raise ValueError(
+                raise MemberError(
                     f".npy token ids must be a 1-D integer array, got "
                     f"{ids.dtype} with shape {ids.shape}"
                 )
@@ -413,7 +383,7 @@ class Scanner:
                 if leave_out is not None:  # a TokenRecorder: the store holds no chat (its
                     leave_out()  # loss targets come from the turns, rendered by the loader)
             elif not isinstance(text, str):
-                raise ValueError(
+                raise MemberError(
                     f".json has no string field {c.text_field!r} (fields: "
                     f"{sorted(fields)[:8]}); set text_field / --text-field (a chat's "
                     "{role, content} list counts too: --text-field messages)"
@@ -421,13 +391,13 @@ class Scanner:
             else:
                 n = self.counter(text)
         else:
-            raise ValueError(
+            raise MemberError(
                 f"no payload: members {sorted(stored.members)} include no text "
                 f"({', '.join(TEXT_EXTS)}, also gzipped as .txt.gz / .json.gz / .npy.gz), "
                 "image or video"
             )
         if n == 0:
-            raise ValueError("empty text (0 tokens); drop the sample from the shard")
+            raise MemberError("empty text (0 tokens); drop the sample from the shard")
         return SampleRecord(
             modality=Modality.TEXT.value,
             text_tokens=n,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import ConfigError
 from .cache import ShardCache, default_cache_dir
 from .remote import RemoteOptions, RemoteReader, is_remote
 
@@ -44,7 +45,7 @@ class ShardAccess:
                     verify=lambda path: index.check_shard_copy(shard, path),
                 )
             )
-        raise ValueError(
+        raise ConfigError(
             f"sample {i} lives in {url!r}, a FIFO; random access needs a file: copy the "
             "shards locally and re-index, or stream them"
         )

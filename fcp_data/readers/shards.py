@@ -19,12 +19,11 @@ from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MemberError, MissingFileError
 from .byte_source import is_stream, open_source
-from .errors import CompressedShardError, SkippedFile
+from .errors import SkippedFile
 from .remote import is_remote, remote_fingerprint
-from .sources import check_remote, expand_local, format_of, megatron_prefix
-from .tar_blocks import TarDamage, TarMember, compression_of, walk_tar
+from .sources.tar_blocks import TarDamage, TarMember, walk_tar
 
 __all__ = [
     "BadMember",
@@ -40,16 +39,6 @@ __all__ = [
 FINGERPRINT_BLOCK = 1 << 20  # bytes hashed at the head, middle and tail of a shard
 STREAM_TIMEOUT_S = 60.0  # seconds a pipe or FIFO may go without a byte (ScanConfig default)
 STREAM_MAX_BYTES = 16 << 30  # bytes one streamed shard may produce (held in memory; ScanConfig)
-_COMPRESSED_NAMES = (
-    (".tar.gz", "gzip"),
-    (".tgz", "gzip"),
-    (".tar.bz2", "bzip2"),
-    (".tbz2", "bzip2"),
-    (".tar.xz", "xz"),
-    (".txz", "xz"),
-    (".tar.zst", "zstd"),
-    (".tzst", "zstd"),
-)
 _KEY_EXT = r"^((?:.*/|)[^.]+)[.]([^/]*)$"  # webdataset.tariterators.base_plus_ext's pattern
 
 
@@ -85,6 +74,9 @@ def expand_shards(
     except ImportError:  # webdataset always brings it; this keeps a broken env working
         from webdataset.shardlists import braceexpand  # type: ignore[attr-defined,no-redef]
 
+    from .sources.detect import check_remote
+    from .sources.registry import prefix_shard
+
     if isinstance(specs, str):
         specs = [specs]
     out: list[str] = []
@@ -105,7 +97,7 @@ def expand_shards(
             elif glob.has_magic(url):
                 for path in sorted(glob.glob(url)):
                     urls.extend(_local(as_local_path(path), skipped))
-            elif os.path.exists(url) or megatron_prefix(url):
+            elif os.path.exists(url) or prefix_shard(url):
                 urls.extend(_local(as_local_path(url), skipped))
             else:
                 half = next((url + e for e in (".bin", ".idx") if os.path.isfile(url + e)), "")
@@ -114,9 +106,9 @@ def expand_shards(
                     if half
                     else "; check the path or pattern"
                 )
-                raise FileNotFoundError(f"shard {url!r} (from spec {spec!r}) does not exist{hint}")
+                raise MissingFileError(f"shard {url!r} (from spec {spec!r}) does not exist{hint}")
         if not urls:
-            raise FileNotFoundError(f"shard spec {spec!r} matched no files")
+            raise MissingFileError(f"shard spec {spec!r} matched no files")
         out.extend(urls)
     return list(dict.fromkeys(out))
 
@@ -136,22 +128,15 @@ def as_local_path(path: str) -> str:
 def _local(path: str, skipped: list[SkippedFile] | None = None) -> list[str]:
     """The shards of a local path: a file, or a directory's files (`sources.expand_local`:
     JSONL, Parquet, HF save_to_disk, megatron pairs, tars); an unreadable file raises."""
+    from .sources.detect import expand_local
+    from .sources.registry import format_for
+
     out = [as_local_path(p) for p in expand_local(path, skipped)]
     for p in out:
-        if format_of(p) == "tar":
-            _refuse_compressed(p)
+        check = format_for(p).check_local  # a compressed tar fails here, before any work
+        if check is not None:
+            check(p)
     return out
-
-
-def _refuse_compressed(path: str) -> None:
-    """Compressed shards fail at expansion, before any work, by name or by magic bytes."""
-    name = path.lower()
-    fmt = next((f for ends, f in _COMPRESSED_NAMES if name.endswith(ends)), None)
-    if fmt is None and os.path.isfile(path):
-        with open(path, "rb") as f:
-            fmt = compression_of(f.read(8))
-    if fmt is not None:
-        raise CompressedShardError(path, fmt)
 
 
 def shard_fingerprint(url: str) -> str:
@@ -383,7 +368,7 @@ def read_members(
             f.seek(offset)
             data = f.read(size)
             if len(data) != size:
-                raise ValueError(
+                raise MemberError(
                     f"{path}: member .{ext} at {offset} truncated ({len(data)} "
                     f"of {size} bytes); the shard changed, re-run fcp index"
                 )

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..errors import ConfigError, MissingFileError
 from ..optional import require
 
 __all__ = ["RESOLUTIONS", "encode_video", "make_shards", "stdlib_sources"]
@@ -47,7 +48,7 @@ def stdlib_sources() -> list[Path]:
         and p.is_file()
     ]
     if not files:
-        raise FileNotFoundError(f"no .py files under the stdlib directory {root}")
+        raise MissingFileError(f"no .py files under the stdlib directory {root}")
     return sorted(files)
 
 
@@ -108,7 +109,7 @@ def make_shards(
     from webdataset import TarWriter
 
     if text < 0 or video < 0 or samples_per_shard < 1:
-        raise ValueError(
+        raise ConfigError(
             f"text={text}, video={video} must be >= 0 and samples_per_shard="
             f"{samples_per_shard} >= 1"
         )

@@ -42,7 +42,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import ConfigError, MissingDependencyError
-from .optional import require
+from ..optional import require
 
 __all__ = [
     "BYTES_VOCAB",

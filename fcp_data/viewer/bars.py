@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..planner import Cluster, CostModel, Plan
-from ..planner.transports import blocks_span_nodes
+from ..planner.cost.transports import blocks_span_nodes
 
 __all__ = ["Bar", "WaveSpan", "timeline", "wave_spans"]
 

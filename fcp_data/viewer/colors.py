@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from ..errors import ConfigError
+
 __all__ = ["PALETTE", "degree_color", "text_color"]
 
 PALETTE: dict[int, str] = {
@@ -42,7 +44,7 @@ def degree_color(degree: int) -> tuple[float, float, float]:
     """RGB in [0, 1] of a CP degree (any positive integer)."""
     d = int(degree)
     if d < 1:
-        raise ValueError(f"degree={degree} must be >= 1")
+        raise ConfigError(f"degree={degree} must be >= 1")
     if d in PALETTE:
         return _rgb(PALETTE[d])
     grey = 0.7 - 0.55 * min(1.0, (math.log2(d) - 4.0) / 6.0)  # 17 -> ~0.69, 1024 -> 0.15

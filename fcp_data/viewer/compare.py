@@ -48,9 +48,13 @@ def warm_up(
     for strategy in strategies:
         try:
             plan_global_batch(
-                lens[pick], cluster, cost, causal=flags[pick], strategy=strategy,
+                lens[pick],
+                cluster,
+                cost,
+                causal=flags[pick],
+                strategy=strategy,
                 on_too_long="drop",
-            )  # fmt: skip
+            )
         except (ValueError, AssertionError):  # as compare_strategies: reported when timed
             continue
 

@@ -24,7 +24,7 @@ from .batch import Batch
 from .colors import degree_color
 from .gantt import draw_degree_table, draw_panel
 
-__all__ = ["draw", "free_path", "save_atomic"]
+__all__ = ["build_figure", "draw", "free_path", "save_atomic"]
 
 
 def free_path(path: str | Path, *, force: bool = False) -> Path:
@@ -55,6 +55,26 @@ def draw(
 ) -> Path:
     """Write the comparison PNG (Agg backend, no display needed); returns the path written,
     which is `path` or a numbered variant of it (see `free_path`)."""
+    plt = require("matplotlib.pyplot", "drawing the plan comparison PNG")
+    fig = build_figure(results, batch, cluster, cost, title=title)
+    out = free_path(path, force=force)
+    try:
+        save_atomic(fig, out)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def build_figure(
+    results: list[StrategyResult],
+    batch: Batch,
+    cluster: Cluster,
+    cost: CostModel,
+    *,
+    title: str = "",
+) -> Any:
+    """The comparison as an open matplotlib Figure (Agg backend), kept apart from `draw` so
+    its layout can be measured before anything is written; the caller closes it."""
     matplotlib = require("matplotlib", "drawing the plan comparison PNG")
     matplotlib.use("Agg")
     plt = require("matplotlib.pyplot", "drawing the plan comparison PNG")
@@ -118,12 +138,7 @@ def draw(
         y=1 - 0.2 / height,
         ha="left",
     )
-    out = free_path(path, force=force)
-    try:
-        save_atomic(fig, out)
-    finally:
-        plt.close(fig)
-    return out
+    return fig
 
 
 def save_atomic(fig: Any, out: Path) -> None:

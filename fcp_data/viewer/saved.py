@@ -16,13 +16,16 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..commands._args import MAX_REPLICAS
 from ..errors import ConfigError
 from ..planner import Cluster, CostModel, Plan
 
 __all__ = ["SavedPlan", "cluster_from_dict", "cost_from_dict", "plan_document", "read_saved_plan"]
 
 FORMAT_KEY = "fcp_saved_plan"  # version of the two context keys (the Plan has its own fields)
+# replicas of one planned cluster, the bound of `--replicas` too: `fcp simulate --replicas
+# 4096` takes ~50 s and 1 GB on 2 cores (per-replica timelines for every strategy); past that
+# a plan is minutes of CPU
+MAX_REPLICAS = 4096
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -46,7 +49,7 @@ def plan_document(plan: Plan, cost: CostModel, cluster: Cluster) -> bytes:
 
 def cost_from_dict(raw: dict[str, Any], where: str) -> CostModel:
     """A CostModel from its saved fields (what `CostModel.load` does for a file)."""
-    from ..planner.vision_cost import VisionCost
+    from ..planner.cost.vision import VisionCost
 
     raw = dict(raw)
     raw.pop("fcp_cost_model", None)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import MemberError
+
 __all__ = [
     "MEDIA_MARKERS",
     "ROLES",
@@ -39,7 +41,7 @@ def _turn(t: dict[str, Any], i: int) -> tuple[str, str]:
     raw = t.get("role", t.get("from"))
     content = t.get("content", t.get("value"))
     if not isinstance(raw, str) or raw not in ROLES or not isinstance(content, str):
-        raise ValueError(
+        raise MemberError(
             f"chat turn {i} is {sorted(t)[:4]}: each turn needs a role/from in "
             f"{sorted(ROLES)} and a string content/value"
         )

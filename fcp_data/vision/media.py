@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import ConfigError, MemberError
 from ..optional import require
 from .decode import decode_video_frames
 from .decode.errors import size_mismatch_message
@@ -47,7 +48,7 @@ def check_media_size(height: int, width: int, expect: tuple[int, int] | None, wh
     """
     message = size_mismatch_message(height, width, expect, what)
     if message is not None:
-        raise ValueError(message)
+        raise MemberError(message)
 
 
 def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -78,12 +79,12 @@ def load_image(data: bytes, expect: tuple[int, int] | None = None) -> object:
         im = Image.open(io.BytesIO(data))
         im.load()
     except (OSError, ValueError, Image.DecompressionBombError) as e:
-        raise ValueError(f"image does not decode ({type(e).__name__}: {e}); re-encode it") from e
+        raise MemberError(f"image does not decode ({type(e).__name__}: {e}); re-encode it") from e
     check_media_size(im.size[1], im.size[0], expect, "image")
     if im.mode == "RGB":
         return im
     if im.mode in REFUSED_MODES:
-        raise ValueError(
+        raise MemberError(
             f"image mode {im.mode!r} (more than 8 bits per channel) is not supported: the "
             "processors expect 8-bit RGB; convert it (e.g. to 8-bit RGB PNG) when writing shards"
         )
@@ -130,5 +131,5 @@ def internvl_tiles(
         elif thumbnail and t == rows * cols and rows * cols > 1:
             out.append(resize_image(im, (side, side)))
         else:
-            raise ValueError(f"tile {t} outside the {rows}x{cols} grid (+thumbnail={thumbnail})")
+            raise ConfigError(f"tile {t} outside the {rows}x{cols} grid (+thumbnail={thumbnail})")
     return np.stack(out)

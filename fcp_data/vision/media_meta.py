@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import MissingDependencyError
+from ..errors import MemberError, MissingDependencyError
 from ..optional import require
 
 __all__ = [
@@ -44,7 +44,7 @@ def _number(fields: dict[str, Any], name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"sidecar field {name}={value!r} is not a finite number")
+        raise MemberError(f"sidecar field {name}={value!r} is not a finite number")
     return float(value)
 
 
@@ -56,32 +56,32 @@ def video_meta_from_fields(fields: dict[str, Any], source: str = "sidecar") -> V
     if nf is None and duration is None:
         missing.append("num_frames (or duration)")
     if missing:
-        raise ValueError(
+        raise MemberError(
             f"{source} lacks {', '.join(missing)}; write all of num_frames, fps, "
             "width, height, duration or drop the sidecar so the video is probed"
         )
     assert fps is not None and width is not None and height is not None
     if fps <= 0:
-        raise ValueError(f"{source} fps={fps:g} must be > 0")
+        raise MemberError(f"{source} fps={fps:g} must be > 0")
     if width < 1 or height < 1 or width != int(width) or height != int(height):
-        raise ValueError(f"{source} size {width:g}x{height:g} must be positive integers")
+        raise MemberError(f"{source} size {width:g}x{height:g} must be positive integers")
     if nf is None:
         assert duration is not None
         nf = float(round(duration * fps))
     if nf < 1 or nf != int(nf):
-        raise ValueError(f"{source} num_frames={nf:g} must be a positive integer")
+        raise MemberError(f"{source} num_frames={nf:g} must be a positive integer")
     for name, value in (("num_frames", nf), ("width", width), ("height", height)):
         if value > INT32_MAX:
-            raise ValueError(
+            raise MemberError(
                 f"{source} {name}={value:.0f} does not fit the index column (int32, at most "
                 f"{INT32_MAX}); fix the sidecar or drop it so the video is probed"
             )
     if duration is None:
         duration = nf / fps
     if duration <= 0:
-        raise ValueError(f"{source} duration={duration:g} must be > 0")
+        raise MemberError(f"{source} duration={duration:g} must be > 0")
     if abs(duration - nf / fps) > DURATION_TOLERANCE * duration + 1.0 / fps:
-        raise ValueError(
+        raise MemberError(
             f"{source} is inconsistent: num_frames/fps = {nf / fps:.3f} s but duration = "
             f"{duration:.3f} s; fix the sidecar or drop it so the video is probed"
         )
@@ -101,13 +101,13 @@ def decode_json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
         obj = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
-        raise ValueError(f"{what} is not valid JSON ({exc})") from exc
+        raise MemberError(f"{what} is not valid JSON ({exc})") from exc
     except RecursionError as exc:  # arrays nested thousands deep: one bad sample, not the build
-        raise ValueError(
+        raise MemberError(
             f"{what} is nested too deeply to decode ({exc}); flatten the sample's JSON"
         ) from exc
     if not isinstance(obj, dict):
-        raise ValueError(f"{what} must be a JSON object, got {type(obj).__name__}")
+        raise MemberError(f"{what} must be a JSON object, got {type(obj).__name__}")
     return obj
 
 
@@ -129,11 +129,11 @@ def image_size(data: bytes) -> tuple[int, int]:
             with image.open(io.BytesIO(data)) as im:
                 return im.height, im.width
         except (image.UnidentifiedImageError, OSError) as exc:
-            raise ValueError(f"image does not decode ({exc})") from exc
+            raise MemberError(f"image does not decode ({exc})") from exc
     av = require("av", "reading an image's size without Pillow (PyAV)")
     try:
         with av.open(io.BytesIO(data)) as container:
             frame = next(container.decode(video=0))
             return frame.height, frame.width
     except (av.FFmpegError, StopIteration) as exc:
-        raise ValueError(f"image does not decode ({exc})") from exc
+        raise MemberError(f"image does not decode ({exc})") from exc

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from ..errors import ConfigError
+
 __all__ = ["IMAGE_EXTS", "MODALITIES", "VIDEO_EXTS", "Modality"]
 
 # Member extensions, in the order the scanner tries them: a sample holding two video members is
@@ -54,4 +56,4 @@ class Modality(IntEnum):
         for m in cls:
             if m.token_type == int(code):
                 return m
-        raise ValueError(f"token type {code!r} is not 0 (text), 1 (image) or 2 (video)")
+        raise ConfigError(f"token type {code!r} is not 0 (text), 1 (image) or 2 (video)")

@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..errors import ConfigError
 from .modality import Modality
 from .template import MediaLayout
 
@@ -52,7 +53,7 @@ def second_per_grid(
     if convention == "constant":
         return temporal_patch_size / processor_fps
     if convention != "measured":
-        raise ValueError(f"second_per_grid convention {convention!r}; allowed: measured, constant")
+        raise ConfigError(f"second_per_grid convention {convention!r}; allowed: measured, constant")
     sample_fps = sampled / max(num_frames, 1e-6) * fps
     return temporal_patch_size / sample_fps
 
@@ -67,7 +68,7 @@ def mrope_positions(
 ) -> np.ndarray:
     """int64 [3, length] M-RoPE ids of a sample whose media runs are described by `layouts`."""
     if next_text not in NEXT_TEXT:
-        raise ValueError(f"next_text={next_text!r}; allowed: {', '.join(NEXT_TEXT)}")
+        raise ConfigError(f"next_text={next_text!r}; allowed: {', '.join(NEXT_TEXT)}")
     out = np.empty((3, length), dtype=np.int64)
     runs = sorted(
         (start, n_units, lay) for lay in layouts for start, _first, n_units in lay.pad_runs

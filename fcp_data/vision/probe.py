@@ -16,7 +16,7 @@ import multiprocessing as mp
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
-from ..errors import DataError, MissingDependencyError
+from ..errors import ConfigError, DataError, MemberError, MissingDependencyError
 from ..optional import require
 from .media_meta import VideoMeta, video_meta_from_fields
 
@@ -35,7 +35,7 @@ def _pyav_fields(data: bytes) -> dict[str, Any]:
 
     with av.open(io.BytesIO(data)) as container:
         if not container.streams.video:
-            raise ValueError("no video stream")
+            raise MemberError("no video stream in the member; re-encode it or drop the sample")
         vs = container.streams.video[0]
         fps = float(vs.average_rate or vs.guessed_rate or 0)
         frames = int(vs.frames or 0)
@@ -86,7 +86,7 @@ def probe_fields(data: bytes, backend: Backend) -> tuple[str, dict[str, Any]]:
             try:
                 return "pyav", _pyav_fields(data)
             except Exception as exc2:
-                raise ValueError(f"decord: {exc}; PyAV fallback: {exc2}") from exc2
+                raise MemberError(f"decord: {exc}; PyAV fallback: {exc2}") from exc2
     return "pyav", _pyav_fields(data)
 
 
@@ -112,9 +112,9 @@ class Prober:
 
     def __init__(self, backend: Backend = "auto", timeout_s: float = 20.0) -> None:
         if backend not in BACKENDS:
-            raise ValueError(f"probe backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+            raise ConfigError(f"probe backend {backend!r}; allowed: {', '.join(BACKENDS)}")
         if timeout_s <= 0:
-            raise ValueError(f"probe timeout_s={timeout_s} must be > 0")
+            raise ConfigError(f"probe timeout_s={timeout_s} must be > 0")
         self.backend, self.timeout_s = backend, timeout_s
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -144,13 +144,13 @@ class Prober:
             status, used, payload = conn.recv()
         except EOFError as exc:
             self.close(kill=True)
-            raise ValueError(
+            raise MemberError(
                 "video probe process died (decoder crash); video is unreadable"
             ) from exc
         if status == "missing":
             raise MissingDependencyError(payload)
         if status != "ok":
-            raise ValueError(f"video does not decode ({used}: {payload})")
+            raise MemberError(f"video does not decode ({used}: {payload})")
         return video_meta_from_fields(payload, source=used)
 
     def _probe_once_and_close(self, data: bytes) -> VideoMeta:

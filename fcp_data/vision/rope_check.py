@@ -86,7 +86,7 @@ def _hf_model(rule: str) -> HFRopeModel:
     """The transformers model whose get_rope_index rule `rule` runs (ValueError: none)."""
     hf = family_spec(rule).hf_rope_model
     if hf is None:
-        raise ValueError(f"rule {rule!r} has no transformers get_rope_index to probe")
+        raise ConfigError(f"rule {rule!r} has no transformers get_rope_index to probe")
     return hf
 
 

@@ -1,120 +1,114 @@
-"""The vision path of the loader's sample encoder (mixed into loader.encode.SampleEncoder).
+"""The vision path of the loader's sample encoder: one object the loader's encoder holds.
 
-Media samples become real template ids, loss targets and whole-sample M-RoPE ids
-(`_encode_real`); the global loss count is derived from the index (`loss_tokens`); per
-micro-batch each sequence adds its M-RoPE slice and pixel payload (`vision_payload`). The host
-class provides `vision`, `token_ids`, `rule`, `eod_id`, `caption_field`, `_ids` and
-`caption_ids`.
+Media samples become real template ids, loss targets and whole-sample M-RoPE ids (`encode`);
+the global loss count is derived from the index (`loss_tokens`); per micro-batch each sequence
+adds its M-RoPE slice and pixel payload (`payload`). `VisionEncoder` holds everything it reads
+as explicit fields (the rule, the options, the special-token ids, the caption field, the
+decoder); what belongs to the text side (the tokenizer's ids, the caption's ids, the EOD id) is
+passed in by the caller, so this package needs nothing from the loader or the readers: a
+source is anything with the index columns (`modality`, `num_frames`, `fps`, `height`,
+`width`) and a `read(pos[, exts])`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ..readers.sample_source import SampleSource
-
+from ..errors import ConfigError, MemberError
 from .chat import chat_flags, chat_pieces, is_chat
 from .encode import encode_media, media_loss_tokens
-from .families import FamilySpec, VisionTokens, rule_spec
+from .families import FamilySpec, VisionTokenRule, VisionTokens, rule_spec
 from .modality import Modality
+from .options import VisionOptions
 from .payload import PayloadParts, sequence_payload
+from .tokens import SpecialTokenIds
 
-__all__ = ["VisionEncoderMixin", "rule_spec"]  # rule_spec: a re-export of the registry's
+__all__ = ["VisionEncoder", "media_tokens"]
+
+TextIds = Callable[[str], np.ndarray]
+"""A text's token ids with the loader's tokenizer."""
 
 
-class VisionEncoderMixin:
-    """Vision-path methods of SampleEncoder (see the module docstring)."""
-
-    __slots__ = ()
-    vision: Any
-    token_ids: Any
-    rule: Any
-    eod_id: int
-    text_field: str
-    caption_field: str
-
-    def _ids(self, text: str) -> np.ndarray:  # provided by the host class
-        raise NotImplementedError
-
-    def for_source(self, source: Any, pos: int) -> Any:
-        """This encoder, or a copy reading the fields `pos`'s source was indexed with.
-
-        A Blend's sources may be indexed with other --text-field / --caption-field values;
-        a copy (not a mutation: samples run in helper threads) keeps each read consistent
-        with the counts of its own index.
-        """
-        fields = getattr(source, "read_fields", None)
-        if not callable(fields):
-            return self
-        text_field, caption_field = fields(pos)
-        if (text_field, caption_field) == (self.text_field, self.caption_field):
-            return self
-        return dataclasses.replace(  # type: ignore[type-var]
-            self,  # type: ignore[arg-type]
-            text_field=text_field,
-            caption_field=caption_field,
+def media_tokens(rule: VisionTokenRule, source: Any, pos: int, modality: int) -> VisionTokens:
+    """The rule's tokens of media sample `pos` from the index columns (no pixel read)."""
+    if modality == Modality.VIDEO:
+        return rule.video(
+            num_frames=int(source.num_frames[pos]),
+            fps=float(source.fps[pos]),
+            height=int(source.height[pos]),
+            width=int(source.width[pos]),
         )
+    return rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
 
-    def media_tokens(self, source: SampleSource, pos: int, modality: int) -> VisionTokens:
-        """The rule's tokens of media sample `pos` from the index columns (no pixel read)."""
-        if modality == Modality.VIDEO:
-            return self.rule.video(
-                num_frames=int(source.num_frames[pos]),
-                fps=float(source.fps[pos]),
-                height=int(source.height[pos]),
-                width=int(source.width[pos]),
-            )
-        return self.rule.image(height=int(source.height[pos]), width=int(source.width[pos]))
 
-    def caption_ids(self, sample: Mapping[str, Any]) -> np.ndarray:  # provided by the host
-        raise NotImplementedError
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VisionEncoder:
+    """Media samples on the vision path (`LoaderOptions.vision`); see the module docstring.
 
-    def _spec(self) -> FamilySpec:
+    Picklable: it travels to DataLoader workers inside the loader's encoder.
+    """
+
+    rule: VisionTokenRule
+    options: VisionOptions
+    token_ids: SpecialTokenIds | None = None
+    caption_field: str = "caption"
+    decode_backend: str = "auto"  # fcp_data.vision.decode.BACKENDS, resolved by the loader
+    decode_device: str = "cpu"
+
+    @property
+    def spec(self) -> FamilySpec:
         return rule_spec(self.rule)
 
-    def _encode_real(
+    def encode(
         self,
-        source: SampleSource,
+        source: Any,
         pos: int,
-        sample: Any,
-        vt: Any,
+        sample: Mapping[str, Any],
+        vt: VisionTokens,
         modality: int,
+        *,
         eod: int,
+        eod_id: int,
         media: bytes,
+        text_ids: TextIds,
+        caption_ids: Callable[[Mapping[str, Any]], np.ndarray],
     ) -> dict[str, Any]:
-        """The vision path: EncodedSample fields (real ids, targets, layout, M-RoPE ids)."""
-        assert self.vision is not None and self.token_ids is not None
-        turns = self._turns(sample)
+        """The fields of the loader's EncodedSample: real ids, targets, layout, M-RoPE ids."""
+        if self.token_ids is None:
+            raise ConfigError(
+                "the vision path needs the template's special-token ids (VisionOptions("
+                "token_ids=...) or a tokenizer to read them from)"
+            )
+        turns = self.turns(sample)
         if turns is None:
-            text: dict[str, Any] = {"caption": self.caption_ids(sample)}
+            text: dict[str, Any] = {"caption": caption_ids(sample)}
         else:
-            before, after = chat_pieces(turns, self._ids, self.vision.chat_loss_roles)
+            before, after = chat_pieces(turns, text_ids, self.options.chat_loss_roles)
             text = {"before": before, "after": after}
+        video = modality == Modality.VIDEO
         em = encode_media(
             vt,
             kind=Modality(modality).token_type,
-            spec=self._spec(),
-            options=self.vision,
+            spec=self.spec,
+            options=self.options,
             token_ids=self.token_ids,
-            text_ids=self._ids,
+            text_ids=text_ids,
             **text,
             eod=eod,
-            eod_id=self.eod_id,
-            num_frames=int(source.num_frames[pos]) if modality == Modality.VIDEO else 0,
-            fps=float(source.fps[pos]) if modality == Modality.VIDEO else 0.0,
+            eod_id=eod_id,
+            num_frames=int(source.num_frames[pos]) if video else 0,
+            fps=float(source.fps[pos]) if video else 0.0,
         )
         return {
             "tokens": em.tokens,
             "vision_start": 0,
             "vision": vt,
-            "video": media if modality == Modality.VIDEO else None,
+            "video": media if video else None,
             "image": media if modality == Modality.IMAGE else None,
             "targets": em.targets,
             "layout": em.layout,
@@ -122,7 +116,7 @@ class VisionEncoderMixin:
             "media_size": (int(source.height[pos]), int(source.width[pos])),
         }
 
-    def _turns(self, sample: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    def turns(self, sample: Mapping[str, Any]) -> list[dict[str, Any]] | None:
         """The conversation in the caption field, or None for a plain caption."""
         if "txt" in sample or "json" not in sample:
             return None
@@ -130,52 +124,38 @@ class VisionEncoderMixin:
         turns = obj.get(self.caption_field) if isinstance(obj, dict) else None
         if not is_chat(turns):
             return None
-        if self.vision is None or not self.vision.chat:
-            raise ValueError(
+        if not self.options.chat:  # this sample's, named by key where it is read (a skip)
+            raise MemberError(
                 f"the {self.caption_field!r} field holds a conversation; set "
                 "VisionOptions(chat=True) to train on it (loss on chat_loss_roles)"
             )
         return turns
 
     def loss_tokens(
-        self, source: SampleSource, pos: int, seqlen: int, time_limit: Any = None
+        self, source: Any, pos: int, seqlen: int, modality: int, *, text_ids: TextIds
     ) -> int:
-        """Loss tokens of sample `pos` (planned length `seqlen`); a text chat is read (under
-        `time_limit`, the loader's sample time limit) to count its targets."""
-        modality = int(source.modality[pos])
-        other = self.for_source(source, pos)
-        if other is not self:
-            return int(other.loss_tokens(source, pos, seqlen, time_limit))
-        if modality == Modality.TEXT:  # a text chat's targets, else seqlen - 1 (loader.encode)
-            text_count = getattr(self, "text_loss_tokens", None)
-            if text_count is None:
-                return seqlen - 1
-            if time_limit is None:
-                return int(text_count(source, pos, seqlen))
-            return int(text_count(source, pos, seqlen, time_limit))
-        if self.vision is None or self.rule is None:
-            return seqlen - 1
-        vt = self.media_tokens(source, pos, modality)
-        count = _Counter(self)
+        """Loss tokens of media sample `pos` (planned length `seqlen`) from the index; a
+        conversation's .json is read, since its targets depend on its roles."""
+        vt = media_tokens(self.rule, source, pos, modality)
+        count = _Counter(text_ids)
         pieces: dict[str, Any] = {}
-        if self.vision.chat:  # a conversation's targets depend on its roles: read its .json
+        if self.options.chat:
             try:
-                turns = self._turns(_read_json(source, pos))
+                turns = self.turns(_read_json(source, pos))
             except ValueError:
                 turns = None  # unreadable here: the read itself reports it, by key
             if turns is not None:
-                pieces = dict(
-                    zip(("before", "after"), chat_flags(turns, count, self.vision.chat_loss_roles))
-                )
+                flags = chat_flags(turns, count, self.options.chat_loss_roles)
+                pieces = dict(zip(("before", "after"), flags))
         return media_loss_tokens(
             vt,
             seqlen,
-            loss_on_template=self.vision.loss_on_template,
+            loss_on_template=self.options.loss_on_template,
             text_counter=count,
             **pieces,
         )
 
-    def vision_payload(
+    def payload(
         self,
         out: PayloadParts,
         k: int,
@@ -185,9 +165,7 @@ class VisionEncoderMixin:
         offset: int,
         padded_len: int,
     ) -> None:
-        """Add sequence k's M-RoPE slice and pixel payload to `out` (vision path only)."""
-        if self.vision is None or self.rule is None:
-            return
+        """Add sequence k's M-RoPE slice and pixel payload to `out` (`enc`: its EncodedSample)."""
         sequence_payload(
             out,
             k,
@@ -198,22 +176,22 @@ class VisionEncoderMixin:
             held=held,
             offset=offset,
             padded_len=padded_len,
-            spec=self._spec(),
-            opts=self.vision,
+            spec=self.spec,
+            opts=self.options,
             media_size=enc.media_size,
-            backend=getattr(self, "decode_backend", "auto"),
-            device=getattr(self, "decode_device", "cpu"),
+            backend=self.decode_backend,
+            device=self.decode_device,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class _Counter:
-    """Token count with the encoder's tokenizer (picklable, unlike a lambda)."""
+    """Token count with the loader's tokenizer (picklable, unlike a lambda)."""
 
-    enc: Any
+    ids: TextIds
 
     def __call__(self, text: str) -> int:
-        return len(self.enc._ids(text))
+        return len(self.ids(text))
 
 
 def _read_json(source: Any, pos: int) -> Mapping[str, Any]:

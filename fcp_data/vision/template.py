@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ConfigError
 from .families import PAD_PARTS, SPECIAL_PARTS, VisionTokens, spec_of_family
 from .modality import Modality
 from .tokens import SpecialTokenIds
@@ -72,7 +73,9 @@ def render(
     `placeholder[1]` (shape-only runs); with them, the family's real ids and tokenized text.
     """
     if not vt.parts:
-        raise ValueError(f"{family} VisionTokens carries no template parts; rebuild it with a rule")
+        raise ConfigError(
+            f"{family} VisionTokens carries no template parts; rebuild it with a rule"
+        )
     unit_tokens = spec_of_family(family).unit_tokens(vt)
     chunks: list[np.ndarray] = []
     starts: list[int] = []
@@ -89,18 +92,18 @@ def render(
         elif part in PAD_PARTS:
             n = int(value)
             if unit_tokens <= 0 or n % unit_tokens:
-                raise ValueError(f"{n} pads are not whole units of {unit_tokens} tokens")
+                raise ConfigError(f"{n} pads are not whole units of {unit_tokens} tokens")
             tid = placeholder[1] if token_ids is None else token_ids[part]
             ids = np.full(n, tid, dtype=np.int64)
             runs.append((at, len(starts), n // unit_tokens))
             starts.extend(range(at, at + n, unit_tokens))
         else:
-            raise ValueError(f"unknown template part {part!r}")
+            raise ConfigError(f"unknown template part {part!r}")
         chunks.append(ids)
         at += ids.size
     tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
     if tokens.size != vt.total:
-        raise ValueError(
+        raise ConfigError(
             f"the template emits {tokens.size} tokens but the rule counts {vt.total}: the index "
             "was counted with another tokenizer than the loader's; rebuild the index with it"
         )

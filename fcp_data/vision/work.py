@@ -28,7 +28,7 @@ from .families import PAD_PARTS, FamilySpec, get_rule, rule_spec
 from .modality import Modality
 
 if TYPE_CHECKING:
-    from ..planner.vision_work import VisionWork
+    from ..planner.cost.vision_work import VisionWork
 
 __all__ = [
     "LAYOUTS",
@@ -132,7 +132,7 @@ def vision_work_from_media(
     index's vision-token rule. `layout`: "template" (the vision payload's sequences: the rule's
     template parts in order, then the caption) or "specials-first" (a loader without vision
     options: every template token, then the units, then the caption)."""
-    from ..planner.vision_work import VisionWork  # the planner's array type; lazy: cheap import
+    from ..planner.cost.vision_work import VisionWork  # the planner's array type, lazily
 
     return VisionWork.build(**media_work(modality, num_frames, fps, width, height, rule, layout))
 
@@ -143,6 +143,6 @@ def vision_work_from_index(
     """The planner's `VisionWork` of a `LengthIndex` (samples `ids`, default all) under `rule`
     (default: the rule named in its header; pass the rule built with the index's tokenizer as
     text counter for exact template offsets), e.g. for `plan_global_batch(..., vision=...)`."""
-    from ..planner.vision_work import VisionWork  # the planner's array type; lazy: cheap import
+    from ..planner.cost.vision_work import VisionWork  # the planner's array type, lazily
 
     return VisionWork.build(**index_work(index, ids, rule, layout))

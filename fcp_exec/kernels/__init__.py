@@ -74,8 +74,10 @@ def kernel_candidates(device: torch.device | str) -> tuple[list[AttentionKernel]
     if kind == "npu":
         npu = load_torch_npu()
         if npu is None:
-            return [], ["npu-fusion: torch_npu cannot be imported; install torch_npu matching "
-                        "your CANN toolkit (pip install torch_npu)"]  # fmt: skip
+            return [], [
+                "npu-fusion: torch_npu cannot be imported; install torch_npu matching "
+                "your CANN toolkit (pip install torch_npu)"
+            ]
         return [NpuFusionKernel(npu)], []
     if kind != "cuda":
         raise KernelUnsupportedError(
@@ -181,10 +183,11 @@ def _choose(
     what = f"{dtype} H={heads} H_kv={kv_heads} D={head_dim} on {device}"
     if not ok:
         raise KernelUnsupportedError(
-            f"no attention kernel can run {what}: " + "; ".join(why)
+            f"no attention kernel can run {what}: "
+            + "; ".join(why)
             + ". Pass kernel=fcp_exec.kernels.TorchMathKernel() only for small blocks "
             "(explicit scores, O(S^2) memory)"
-        )  # fmt: skip
+        )
     if len(ok) == 1 or None in shape:
         return ok[0], f"attention kernel {ok[0].name} for {what} (the only one that runs here)"
     measure = timer or measure_kernel

@@ -63,7 +63,7 @@ class Segments:
         """Segments from host offsets (one small copy each; the schedule batches its copies)."""
         hq, hk = tuple(int(x) for x in cu_q), tuple(int(x) for x in cu_k)
         if len(hq) != len(hk) or len(hq) < 1:
-            raise ValueError(f"cu_q has {len(hq)} offsets and cu_k {len(hk)}: give both n + 1")
+            raise ConfigError(f"cu_q has {len(hq)} offsets and cu_k {len(hk)}: give both n + 1")
         lens_q = [b - a for a, b in itertools.pairwise(hq)]
         lens_k = [b - a for a, b in itertools.pairwise(hk)]
         return cls(

@@ -109,6 +109,13 @@ class CpuFlashKernel:
         scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            _bhsd(dout.contiguous()), _bhsd(q), _bhsd(k), _bhsd(v), _bhsd(out.contiguous()),
-            lse.contiguous().unsqueeze(0), 0.0, causal, scale=scale,
-        )  # fmt: skip
+            _bhsd(dout.contiguous()),
+            _bhsd(q),
+            _bhsd(k),
+            _bhsd(v),
+            _bhsd(out.contiguous()),
+            lse.contiguous().unsqueeze(0),
+            0.0,
+            causal,
+            scale=scale,
+        )

@@ -182,10 +182,21 @@ class FlashAttnKernel:
         scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         res = self._fa._flash_attn_varlen_forward(
-            q, k, v, seg.cu_q, seg.cu_k, seg.max_q, seg.max_k,
-            dropout_p=0.0, softmax_scale=scale, causal=causal, alibi_slopes=None,
-            return_softmax=False, block_table=None, **self._options(),
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            seg.cu_q,
+            seg.cu_k,
+            seg.max_q,
+            seg.max_k,
+            dropout_p=0.0,
+            softmax_scale=scale,
+            causal=causal,
+            alibi_slopes=None,
+            return_softmax=False,
+            block_table=None,
+            **self._options(),
+        )
         return res[0], (res[1] if self.api == "2.7" else res[5])
 
     def backward(
@@ -205,12 +216,27 @@ class FlashAttnKernel:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         self._fa._flash_attn_varlen_backward(
-            dout.contiguous(), q, k, v, out.contiguous(), lse.float().contiguous(), dq, dk, dv,
-            seg.cu_q, seg.cu_k, seg.max_q, seg.max_k,
-            dropout_p=0.0, softmax_scale=scale, causal=causal, alibi_slopes=None,
-            deterministic=torch.are_deterministic_algorithms_enabled(), rng_state=None,
+            dout.contiguous(),
+            q,
+            k,
+            v,
+            out.contiguous(),
+            lse.float().contiguous(),
+            dq,
+            dk,
+            dv,
+            seg.cu_q,
+            seg.cu_k,
+            seg.max_q,
+            seg.max_k,
+            dropout_p=0.0,
+            softmax_scale=scale,
+            causal=causal,
+            alibi_slopes=None,
+            deterministic=torch.are_deterministic_algorithms_enabled(),
+            rng_state=None,
             **self._options(),
-        )  # fmt: skip
+        )
         return dq, dk, dv
 
 
@@ -229,8 +255,16 @@ class FlashAttn3Kernel:
                 "(hopper/ of flash-attention) or use kernel=FlashAttnKernel() / "
                 "kernel=TorchFlashKernel()"
             )
-        given = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
-                 "softmax_scale"}  # fmt: skip
+        given = {
+            "q",
+            "k",
+            "v",
+            "cu_seqlens_q",
+            "cu_seqlens_k",
+            "max_seqlen_q",
+            "max_seqlen_k",
+            "softmax_scale",
+        }
         self._fwd_unused = self._unused(fwd, given | {"causal"})
         # the backward's causal flag is `causal` in the Python family, `is_causal` in custom ops
         self._causal_arg = "is_causal" if "is_causal" in bwd else "causal"
@@ -267,9 +301,17 @@ class FlashAttn3Kernel:
         scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         res = self._fa._flash_attn_forward(
-            q, k, v, cu_seqlens_q=seg.cu_q, cu_seqlens_k=seg.cu_k, max_seqlen_q=seg.max_q,
-            max_seqlen_k=seg.max_k, softmax_scale=scale, causal=causal, **self._fwd_unused,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            cu_seqlens_q=seg.cu_q,
+            cu_seqlens_k=seg.cu_k,
+            max_seqlen_q=seg.max_q,
+            max_seqlen_k=seg.max_k,
+            softmax_scale=scale,
+            causal=causal,
+            **self._fwd_unused,
+        )
         return res[0], res[1]
 
     def backward(
@@ -288,10 +330,22 @@ class FlashAttn3Kernel:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         self._fa._flash_attn_backward(
-            dout.contiguous(), q, k, v, out.contiguous(), lse.float().contiguous(),
-            cu_seqlens_q=seg.cu_q, cu_seqlens_k=seg.cu_k, max_seqlen_q=seg.max_q,
-            max_seqlen_k=seg.max_k, dq=dq, dk=dk, dv=dv, softmax_scale=scale,
+            dout.contiguous(),
+            q,
+            k,
+            v,
+            out.contiguous(),
+            lse.float().contiguous(),
+            cu_seqlens_q=seg.cu_q,
+            cu_seqlens_k=seg.cu_k,
+            max_seqlen_q=seg.max_q,
+            max_seqlen_k=seg.max_k,
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            softmax_scale=scale,
             deterministic=torch.are_deterministic_algorithms_enabled(),
-            **{self._causal_arg: causal}, **self._bwd_unused,
-        )  # fmt: skip
+            **{self._causal_arg: causal},
+            **self._bwd_unused,
+        )
         return dq, dk, dv

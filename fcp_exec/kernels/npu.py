@@ -106,10 +106,18 @@ class NpuFusionKernel:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         mask, mode = self._mask(causal, q.device)
         res = self._npu.npu_fusion_attention(
-            q.contiguous(), k.contiguous(), v.contiguous(), q.shape[1], "TND",
-            atten_mask=mask, scale=scale, keep_prob=1.0, actual_seq_qlen=list(seg.host_q[1:]),
-            actual_seq_kvlen=list(seg.host_k[1:]), sparse_mode=mode,
-        )  # fmt: skip
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            q.shape[1],
+            "TND",
+            atten_mask=mask,
+            scale=scale,
+            keep_prob=1.0,
+            actual_seq_qlen=list(seg.host_q[1:]),
+            actual_seq_kvlen=list(seg.host_k[1:]),
+            sparse_mode=mode,
+        )
         t, h = q.shape[0], q.shape[1]
         # shape [T, N, 8], memory [N, T, 8] (module doc): `view`, never a transpose
         smax = res[1].view(h, t, _SOFTMAX_REPEAT)[..., 0]
@@ -135,10 +143,20 @@ class NpuFusionKernel:
         smax = lse.float().unsqueeze(-1).expand(h, t, _SOFTMAX_REPEAT).contiguous()
         smax = smax.view(t, h, _SOFTMAX_REPEAT)
         res = self._npu.npu_fusion_attention_grad(
-            q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous(), h, "TND",
-            atten_mask=mask, softmax_max=smax, softmax_sum=torch.ones_like(smax),
-            attention_in=out.contiguous(), scale_value=scale, keep_prob=1.0,
-            actual_seq_qlen=list(seg.host_q[1:]), actual_seq_kvlen=list(seg.host_k[1:]),
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            dout.contiguous(),
+            h,
+            "TND",
+            atten_mask=mask,
+            softmax_max=smax,
+            softmax_sum=torch.ones_like(smax),
+            attention_in=out.contiguous(),
+            scale_value=scale,
+            keep_prob=1.0,
+            actual_seq_qlen=list(seg.host_q[1:]),
+            actual_seq_kvlen=list(seg.host_k[1:]),
             sparse_mode=mode,
-        )  # fmt: skip
+        )
         return res[0], res[1], res[2]

@@ -101,7 +101,20 @@ class TorchFlashKernel:
             )
         rng, unused = self._rng[q.device]
         dq, dk, dv = torch.ops.aten._flash_attention_backward(
-            dout.contiguous(), q, k, v, out.contiguous(), lse.contiguous(), seg.cu_q, seg.cu_k,
-            seg.max_q, seg.max_k, 0.0, causal, rng, unused, scale=scale,
-        )  # fmt: skip
+            dout.contiguous(),
+            q,
+            k,
+            v,
+            out.contiguous(),
+            lse.contiguous(),
+            seg.cu_q,
+            seg.cu_k,
+            seg.max_q,
+            seg.max_k,
+            0.0,
+            causal,
+            rng,
+            unused,
+            scale=scale,
+        )
         return dq, dk, dv

@@ -19,17 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fcp_data.collate import IGNORE_INDEX, MicroBatch, pack_shard
+from fcp_data.collate.unshard import unshard_group, unshard_replicas
 from fcp_data.errors import FCPError
-from fcp_data.inmemory import (
-    BatchInputError,
-    InMemoryBatch,
-    InMemoryMicroBatch,
-    shard_batch,
-    unshard_group,
-    unshard_replicas,
-)
+from fcp_data.inmemory import BatchInputError, InMemoryBatch, InMemoryMicroBatch, shard_batch
 from fcp_data.planner import Cluster, CostModel, CPGroup, Plan, Wave
-from fcp_data.profiling import shipped_profile
+from fcp_data.profiles import shipped_profile
 
 COST = CostModel.from_model("qwen3-1.7b", "cpu")
 

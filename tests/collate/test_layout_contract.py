@@ -16,8 +16,8 @@ import pytest
 from fcp_data import layout
 from fcp_data.collate import pack_shard
 from fcp_data.planner import Cluster, CostModel
+from fcp_data.planner.cost.problem import Problem
 from fcp_data.planner.kernels import shard_tokens as compiled_shard_tokens
-from fcp_data.planner.problem import Problem
 
 MAX_DEGREE = 16
 COST = CostModel(alpha1=1e-9, alpha2=1e-6)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from datapath_helpers import fields, loader
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.readers import LengthIndex
 from fcp_data.readers.text import as_tokenizer
 from fcp_data.readers.token_store import FLAT_NAME, OFFSETS_NAME, TokenStore

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from datapath_helpers import loader
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.loader.encode import SampleEncoder
 from fcp_data.loader.global_batch import SampleReadError
 from fcp_data.readers import LengthIndex, build_index
@@ -27,9 +27,9 @@ from fcp_data.readers.token_store import (
     TokenStore,
     TokenStoreCorruptError,
     TokenStoreMismatchError,
-    _header_digest,
     vocab_size_of,
 )
+from fcp_data.readers.token_store.store import _header_digest
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import webdataset as wds
 from datapath_helpers import EOD, fields, loader
 from tokenizers import Tokenizer
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.collate import pack_shard
 from fcp_data.errors import ConfigError, IndexMismatchError
 from fcp_data.readers import LengthIndex, build_index

@@ -1,5 +1,5 @@
 """`fcp demo --skip-train` end to end (no example loaded by path), and the package's training
-job (`fcp_exec.demo`, what `fcp demo` runs in a child process) on 2 gloo processes."""
+job (`fcp.demo`, what `fcp demo` step 3 runs) on 2 gloo processes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 from e2e_helpers import REPO
 
-from fcp_data.cli import main as fcp_main
+from fcp.cli import main as fcp_main
 from fcp_data.planner import Plan
 
 
@@ -36,12 +36,12 @@ def test_demo_skip_train_writes_shards_index_pictures_and_plan(tmp_path, capsys)
     examples = REPO / "examples"
     loaded = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None)]
     assert not [m.__name__ for m in loaded if str(examples) in str(m.__file__)]
-    source = (REPO / "fcp_data" / "commands" / "demo.py").read_text()
+    source = (REPO / "fcp" / "commands" / "demo.py").read_text()
     assert "examples" not in source and "spec_from_file_location" not in source
 
 
 def test_training_job_two_processes_matches_no_cp_and_runs_a_baseline(tmp_path) -> None:
-    from fcp_exec.demo import TrainConfig, launch
+    from fcp.demo import TrainConfig, launch
 
     cfg = TrainConfig(replicas=2, steps=2, global_batch=6, max_tokens=2048,
                       tokens_per_replica=1024, text=20, video=4, no_cp=True, baseline="static",

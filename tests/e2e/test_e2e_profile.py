@@ -8,20 +8,19 @@ import math
 import numpy as np
 import pytest
 
-from fcp_data.cli import main as fcp_main
-from fcp_data.errors import ConfigError
-from fcp_data.planner import CostModel
-from fcp_data.profiling import (
+from fcp.cli import main as fcp_main
+from fcp.profiling import (
     Fit,
     FitRow,
     fit_compute,
     fit_p2p,
     fit_warnings,
     measure_p2p,
-    resolve_cost,
-    shipped_profile,
 )
-from fcp_data.profiling.fit import nonneg_relative_lstsq
+from fcp.profiling.fit import nonneg_relative_lstsq
+from fcp_data.errors import ConfigError
+from fcp_data.planner import CostModel
+from fcp_data.profiles import resolve_cost, shipped_profile
 
 
 def test_compute_fit_recovers_known_coefficients_exactly() -> None:
@@ -113,8 +112,8 @@ def test_fit_warnings_name_each_kind_of_degenerate_fit() -> None:
 
 
 def _planted_profile():
+    from fcp.profiling import ComputePoint, Profile
     from fcp_data.planner import CostModel
-    from fcp_data.profiling import ComputePoint, Profile
 
     s = [256, 512, 1024]
     times = [0.010, 0.030, 0.040]  # not a quadratic: the fit misses the middle point
@@ -129,7 +128,7 @@ def _planted_profile():
 def test_fcp_profile_warns_on_a_planted_degenerate_fit_and_logs_progress(
     tmp_path, capsys, monkeypatch
 ) -> None:
-    import fcp_data.profiling.measure as measure
+    import fcp.profiling.measure as measure
 
     def fake_run_profile(config, *, on_step=None):
         for s in config.seqlens:
@@ -151,7 +150,7 @@ def test_fcp_profile_warns_on_a_planted_degenerate_fit_and_logs_progress(
 
 
 def test_all_to_all_measurement_on_three_real_processes() -> None:
-    from fcp_data.profiling.a2a import measure_a2a
+    from fcp.profiling.a2a import measure_a2a
 
     points = measure_a2a((3 * 4096, 3 << 18), world=3, repeats=2, timeout_s=90)
     # buffers are split evenly over the members: a multiple of 3 floats
@@ -160,8 +159,8 @@ def test_all_to_all_measurement_on_three_real_processes() -> None:
 
 
 def test_fcp_profile_head_parallel_prices_the_shapes_transports(tmp_path, capsys) -> None:
-    from fcp_data.planner.transports import a2a_bytes_per_token, head_parallel_degrees
-    from fcp_data.profiling import shape_from_name
+    from fcp.profiling import shape_from_name
+    from fcp_data.planner.cost.transports import a2a_bytes_per_token, head_parallel_degrees
 
     out = tmp_path / "p.json"
     argv = ["profile", "--quick", "--lengths", "128", "256", "512", "--repeats", "1",

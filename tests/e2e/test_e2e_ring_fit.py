@@ -7,9 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fcp.profiling import fit_ring, fit_warnings, with_ring
 from fcp_data.errors import ConfigError
 from fcp_data.planner import Cluster, CostModel, plan_global_batch
-from fcp_data.profiling import fit_ring, fit_warnings, shipped_profile, with_ring
+from fcp_data.profiles import shipped_profile
 
 
 def _rows(cost: CostModel, spb: float, beta2: float, slowdown: float) -> list[dict]:
@@ -70,10 +71,10 @@ def test_an_exposed_ring_makes_mixed_degrees_win_on_long_tailed_lengths() -> Non
 
 
 def test_fcp_profile_ring_prices_the_saved_profile_with_the_ring(tmp_path, capsys, monkeypatch):
-    import fcp_data.profiling.measure as measure
-    import fcp_data.profiling.ring as ring
-    from fcp_data.cli import main as fcp_main
-    from fcp_data.profiling import ComputePoint, Profile, fit_compute
+    import fcp.profiling.measure as measure
+    import fcp.profiling.ring as ring
+    from fcp.cli import main as fcp_main
+    from fcp.profiling import ComputePoint, Profile, fit_compute
 
     cost = CostModel.load(shipped_profile("cpu-small"))
     s = [512, 1024, 2048]

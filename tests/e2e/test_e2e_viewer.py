@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from e2e_helpers import REPO, image_colors
 
-from fcp_data.cli import main as fcp_main
+from fcp.cli import main as fcp_main
 from fcp_data.errors import ConfigError
 from fcp_data.planner import Cluster, CostModel, generate_lengths, plan_global_batch, score_plan
 from fcp_data.viewer import (

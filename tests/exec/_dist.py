@@ -20,7 +20,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from fcp_exec.launch import free_port
+from fcp.profiling.spawn import free_port
 
 __all__ = ["free_port", "run_distributed"]
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fcp_data.planner.cost import CostModel, ring_bytes_per_token
+from fcp_data.planner.cost.model import CostModel, ring_bytes_per_token
 from fcp_data.planner.plan import RankPlan
 from fcp_exec import CPGroupCache, PlanMismatchError, ReplicaRanks, cp_attention, cp_context
 from fcp_exec.transport_bytes import (

@@ -1,10 +1,10 @@
-"""fcp_exec.launch: a result comes back, failures and hangs raise with exit codes, never hang."""
+"""fcp.profiling.spawn: results come back, failures and hangs raise with exit codes."""
 
 from __future__ import annotations
 
 import pytest
 
-from fcp_exec.launch import free_port, run_group
+from fcp.profiling.spawn import free_port, run_group
 
 from ._launch_targets import answer, fail_on_rank_1, hang
 

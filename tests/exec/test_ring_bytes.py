@@ -14,8 +14,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fcp_data.planner.cost import CostModel, padded_length, ring_bytes_per_token
-from fcp_data.planner.presets import ModelSpec, estimate_cost_model
+from fcp_data.layout import padded_length
+from fcp_data.planner.cost.estimate import estimate_cost_model
+from fcp_data.planner.cost.model import CostModel, ring_bytes_per_token
+from fcp_data.planner.cost.presets import ModelSpec
 from fcp_exec import RingComm, local_token_index, ring_attention
 
 from ._dist import run_distributed

@@ -1,4 +1,4 @@
-"""The VLM example job (`python -m fcp_exec.demo.vlm`, what `fcp demo` step 4 runs) end to end:
+"""The VLM example job (`python -m fcp.demo.vlm`, what `fcp demo` step 4 runs) end to end:
 real shards, tokenizer and index, 2 gloo processes launched by the module, one step."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def test_vlm_demo_trains_and_encodes_less_than_whole_videos(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "fcp_exec.demo.vlm", "--replicas", "2", "--steps", "1",
+    cmd = [sys.executable, "-m", "fcp.demo.vlm", "--replicas", "2", "--steps", "1",
            "--text", "4", "--video", "3", "--global-batch", "7", "--tokens-per-replica", "512",
            "--max-tokens", "1024", "--out", str(tmp_path / "vlm"), "--timeout", "400"]  # fmt: skip
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}

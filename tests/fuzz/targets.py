@@ -536,7 +536,7 @@ CLI_INPUT = st.fixed_dictionaries(
 
 
 def _check_cli(value: dict[str, Any], work: Path) -> None:
-    from fcp_data.cli import build_parser, main
+    from fcp.cli import build_parser, main
 
     cmd = value["command"]
     names = _INDEX_FLAGS if cmd == "index" else _PLAN_FLAGS

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from loader_helpers import reassemble, write_text_shards
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.errors import IndexMismatchError
 from fcp_data.loader import FCPDataLoader, LoaderOptions
 from fcp_data.planner import Cluster

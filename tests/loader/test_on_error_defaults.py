@@ -13,7 +13,7 @@ import inspect
 import re
 from pathlib import Path
 
-from fcp_data.cli import build_parser
+from fcp.cli import build_parser
 from fcp_data.loader import LoaderOptions
 from fcp_data.loader.global_batch import BatchBuilder
 from fcp_data.loader.source import open_source

@@ -17,7 +17,7 @@ from loader_helpers import reassemble
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.errors import ConfigError, IndexMismatchError
 from fcp_data.loader import FCPDataLoader, LoaderOptions
 from fcp_data.planner import Cluster

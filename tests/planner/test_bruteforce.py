@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fcp_data.layout import padded_length
 from fcp_data.planner import Cluster, CostModel, lower_bound_of, plan_global_batch, score_plan
-from fcp_data.planner.cost import padded_length
 from fcp_data.planner.oracle import _set_partitions, exhaustive_optimum
 from fcp_data.planner.plan import CPGroup, Plan, Wave
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from fcp_data.cli import main
-from fcp_data.commands._common import add_problem_args, cluster_and_budget_from_args
+from fcp.cli import main
+from fcp.commands._common import add_problem_args, cluster_and_budget_from_args
 from fcp_data.layout import shard_tokens
 from fcp_data.planner import Plan
 

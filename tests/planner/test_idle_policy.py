@@ -326,9 +326,9 @@ def test_a_batch_with_every_sequence_dropped_still_runs_one_placeholder_each(qwe
 def test_barriers_run_each_lanes_queue_longest_first(qwen8b) -> None:
     """Two lanes of one replica each, queues (short, long) and (long, short): with a barrier
     per wave the step is long + long; aligned, longest first on both, long + short."""
-    from fcp_data.planner.fill import align_waves
-    from fcp_data.planner.problem import Problem
-    from fcp_data.planner.schedule import Schedule
+    from fcp_data.planner.cost.problem import Problem
+    from fcp_data.planner.strategies.fill import align_waves
+    from fcp_data.planner.strategies.schedule import Schedule
 
     lens = np.array([500, 4000, 4000, 500])
     cl = Cluster(2, tokens_per_replica=8192, sync_waves=True)

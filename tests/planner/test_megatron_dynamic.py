@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 from planner_problems import problems as shared_problems
 
 from fcp_data.planner import Cluster, plan_global_batch, score_plan
-from fcp_data.planner.megatron_dynamic import (
+from fcp_data.planner.cost.problem import Problem
+from fcp_data.planner.simulate import check_plan
+from fcp_data.planner.strategies.megatron_dynamic import (
     KNOB_GRID,
     busy_bound,
     megatron_dynamic,
     megatron_dynamic_tuned,
 )
-from fcp_data.planner.problem import Problem
-from fcp_data.planner.simulate import check_plan
 
 
 def _groups(lens, n, cost, knob=None):

@@ -1,4 +1,4 @@
-"""The memory model (`fcp_data.planner.memory`): each term, the worked examples, the errors,
+"""The memory model (`fcp_data.planner.cost.memory`): each term, the worked examples, the errors,
 and the replica's devices in the analytic cost model."""
 
 import dataclasses
@@ -7,13 +7,13 @@ import pytest
 
 from fcp_data.errors import ConfigError
 from fcp_data.planner import MODELS, Cluster, CostModel
-from fcp_data.planner.memory import (
+from fcp_data.planner.cost.estimate import pipeline_speedup
+from fcp_data.planner.cost.memory import (
     MemoryBudget,
     ParallelLayout,
     derive_tokens_per_replica,
     replicas_per_node,
 )
-from fcp_data.planner.presets import pipeline_speedup
 
 H200 = 141e9
 L70 = "llama3-70b"

@@ -14,8 +14,8 @@ from fcp_data.errors import ConfigError
 from fcp_data.layout import shard_tokens
 from fcp_data.planner import Cluster, CostModel, generate_lengths, plan_global_batch
 from fcp_data.planner.bounds import lower_bound
+from fcp_data.planner.cost.problem import Problem
 from fcp_data.planner.oracle import exhaustive_optimum
-from fcp_data.planner.problem import Problem
 from fcp_data.planner.simulate import check_plan
 
 STRATS = ["fcp", "paper", "lanes", "moldable", "static-balanced", "pow2", "static"]

@@ -15,15 +15,15 @@ from planner_problems import problems
 
 from fcp_data.errors import ConfigError
 from fcp_data.planner import Cluster, CostModel, plan_global_batch, score_plan
-from fcp_data.planner.kernels import group_time
-from fcp_data.planner.oracle import exhaustive_optimum
-from fcp_data.planner.problem import Problem
-from fcp_data.planner.transports import (
+from fcp_data.planner.cost.problem import Problem
+from fcp_data.planner.cost.transports import (
     a2a_bytes_per_token,
     blocks_span_nodes,
     head_parallel_degrees,
     ring_share,
 )
+from fcp_data.planner.kernels import group_time
+from fcp_data.planner.oracle import exhaustive_optimum
 
 
 def _slow_links(cost: CostModel, factor: float = 200.0) -> CostModel:
@@ -64,7 +64,7 @@ def test_a2a_bytes_count_every_tensor():
 def test_the_planner_charges_the_bytes_the_transport_sends(heads, kv, u):
     """fcp_exec.transport_bytes is checked against bytes counted on the real all-to-all and
     ring calls (tests/exec/test_ulysses.py); the planner's terms must equal it."""
-    from fcp_data.planner.cost import ring_bytes_per_token
+    from fcp_data.planner.cost.model import ring_bytes_per_token
     from fcp_exec.transport_bytes import a2a_bytes_per_token as sent_a2a
     from fcp_exec.transport_bytes import hybrid_ring_bytes_per_token as sent_ring
 

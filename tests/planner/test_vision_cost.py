@@ -13,20 +13,20 @@ from hypothesis import strategies as st
 from fcp_data.collate.zigzag import padded_seqlen, shard_indices
 from fcp_data.errors import ConfigError
 from fcp_data.planner import Cluster, CostModel, plan_global_batch, score_plan
-from fcp_data.planner.presets import MODELS
-from fcp_data.planner.simulate import check_plan
-from fcp_data.planner.vision_cost import (
+from fcp_data.planner.cost.presets import MODELS
+from fcp_data.planner.cost.vision import (
     VisionCost,
     VisionLoad,
-    VisionWork,
     group_vision_seconds,
     held_units,
     member_units,
 )
-from fcp_data.planner.vision_presets import ENCODERS, estimate_vision_cost
+from fcp_data.planner.cost.vision_presets import ENCODERS, estimate_vision_cost
+from fcp_data.planner.cost.vision_work import VisionWork
+from fcp_data.planner.simulate import check_plan
 from fcp_data.readers import get_rule
-from fcp_data.readers.decode import groups_for_token_range
 from fcp_data.vision import vision_work_from_index, vision_work_from_media
+from fcp_data.vision.decode import groups_for_token_range
 
 
 def brute_held(first: int, stride: int, m: int, units: int, seqlen: int, d: int) -> list[int]:
@@ -299,7 +299,7 @@ def test_bad_vision_work_is_a_clear_error():
 def test_generated_video_decodes_to_its_frames():
     import av
 
-    from fcp_data.profiling.vision import make_test_video
+    from fcp.profiling.vision import make_test_video
 
     data = make_test_video(96, 64, 7)
     with av.open(io.BytesIO(data)) as c:
@@ -313,10 +313,10 @@ def test_vision_profile_recovers_known_coefficients_and_lands_in_the_saved_model
 ):
     from rich.console import Console
 
-    from fcp_data.commands._profile_vision import attach_vision
-    from fcp_data.profiling import vision as vp
-    from fcp_data.profiling.fit import Fit, FitRow
-    from fcp_data.profiling.measure import Profile
+    from fcp.commands._profile_vision import attach_vision
+    from fcp.profiling import vision as vp
+    from fcp.profiling.fit import Fit, FitRow
+    from fcp.profiling.measure import Profile
 
     truth = VisionCost(seconds_per_unit=2e-3, seconds_per_patch=3e-5, seconds_per_full_pair=4e-8)
     monkeypatch.setattr(vp, "time_encoder", lambda c, p: float(truth.encode_seconds(p)))
@@ -341,7 +341,7 @@ def test_tiny_encoder_really_runs_and_grows_with_patches(monkeypatch):
     on P rows, the merger on P/4, attention over all P) and backward through every layer."""
     import torch
 
-    from fcp_data.profiling.vision import VisionProfileConfig, time_encoder
+    from fcp.profiling.vision import VisionProfileConfig, time_encoder
 
     c = VisionProfileConfig(layers=1, hidden=32, heads=2, ffn=64, repeats=1)
     rows: list[tuple[int, int, int]] = []  # (in, out, rows) of each linear's forward

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from sources_helpers import assert_same_batches, epoch_fields, make_loader, train_bpe, write_tar
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.loader.global_batch import SampleReadError
 from fcp_data.readers import LengthIndex, build_index
 from fcp_data.readers.cache import ShardCache

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fcp_data.cli import build_parser
-from fcp_data.readers.rules_internvl import closest_grid
+from fcp.cli import build_parser
+from fcp_data.vision.families import closest_grid
 
 
 def _options(name: str) -> set[str]:
@@ -60,7 +60,7 @@ def test_make_shards_options_frozen() -> None:
 
 
 def test_rule_option_needs_key_value(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
-    from fcp_data.cli import main
+    from fcp.cli import main
 
     assert main(["index", str(tmp_path), "-o", str(tmp_path / "i"), "--rule-option", "oops"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err

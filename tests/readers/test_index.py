@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import webdataset as wds
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.readers.build import build_index
 from fcp_data.readers.errors import EmptyIndexError
 from fcp_data.readers.length_index import LengthIndex, RuleMismatchError, StaleIndexError

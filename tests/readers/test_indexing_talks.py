@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 from sources_helpers import corpus, train_bpe
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.progress import Progress
 from fcp_data.readers import LengthIndex, build_index
 from fcp_data.readers import build as build_mod
+from fcp_data.readers import pieces as pieces_mod
 from fcp_data.readers.build import ProgressOptions
 from fcp_data.readers.scan import ScanConfig
 from fcp_data.readers.sources import UnreadableSourceError
@@ -88,8 +89,8 @@ def test_one_jsonl_split_across_workers_is_the_index_one_process_writes(
     """Was: a file was one task, so `--workers 2` read one big file on one process."""
     path = tmp_path / "big.jsonl"
     lines = _jsonl(path, 6000, seed=2)
-    monkeypatch.setattr(build_mod, "MIN_PIECE_BYTES", 64 << 10)
-    pieces = build_mod._pieces([str(path)], 2)
+    monkeypatch.setattr(pieces_mod, "MIN_PIECE_BYTES", 64 << 10)
+    pieces = pieces_mod.plan_pieces([str(path)], 2)
     assert len(pieces) >= 4  # really split
     cuts = [p.span[0] for p in pieces[1:]]
     starts = {0}
@@ -112,8 +113,8 @@ def test_a_parquet_file_is_split_by_row_groups(tmp_path, monkeypatch) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     texts = corpus(900, seed=4, max_bytes=600)
     pq.write_table(pa.table({"text": texts}), tmp_path / "t.parquet", row_group_size=60)
-    monkeypatch.setattr(build_mod, "MIN_PIECE_BYTES", 4096)
-    assert len(build_mod._pieces([str(tmp_path / "t.parquet")], 2)) >= 4
+    monkeypatch.setattr(pieces_mod, "MIN_PIECE_BYTES", 4096)
+    assert len(pieces_mod.plan_pieces([str(tmp_path / "t.parquet")], 2)) >= 4
     one = build_index(str(tmp_path / "t.parquet"), tmp_path / "one")
     two = build_index(str(tmp_path / "t.parquet"), tmp_path / "two", workers=2)
     _same_index(one, two)

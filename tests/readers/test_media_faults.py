@@ -10,8 +10,8 @@ from webdataset import TarWriter
 
 from fcp_data.errors import SampleError
 from fcp_data.readers.build import build_index
-from fcp_data.readers.decode import decode_frames, decode_index_video
 from fcp_data.readers.synth import encode_video
+from fcp_data.vision.decode import decode_frames, decode_index_video
 
 BACKENDS = ["pyav", "decord"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.readers import make_shards
 from fcp_data.readers.errors import SAME_ERROR_HEAD, ErrorPolicy, FailureLog, TooManyFailures
 
@@ -37,7 +37,7 @@ def _fcp_without(tmp: Path, names: tuple[str, ...], *args: str) -> subprocess.Co
     (site / "sitecustomize.py").write_text(BLOCKER.format(names=names))
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(root)])}
-    cmd = [sys.executable, "-c", "import sys; from fcp_data.cli import main; sys.exit(main())"]
+    cmd = [sys.executable, "-c", "import sys; from fcp.cli import main; sys.exit(main())"]
     return subprocess.run(
         [*cmd, *args], env=env, capture_output=True, text=True, timeout=300, check=False
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.errors import ConfigError
 from fcp_data.loader import FCPDataLoader, LoaderOptions
 from fcp_data.planner import Cluster, CostModel

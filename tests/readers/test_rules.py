@@ -8,10 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fcp_data.readers.rules import RULE_NAMES, get_rule
-from fcp_data.readers.rules_base import qwen_digit_text_tokens
-from fcp_data.readers.rules_internvl import NUM_IMAGE_TOKEN, closest_grid
-from fcp_data.readers.rules_qwen import smart_nframes, smart_resize
+from fcp_data.vision.families import (
+    NUM_IMAGE_TOKEN,
+    RULE_NAMES,
+    closest_grid,
+    get_rule,
+    qwen_digit_text_tokens,
+    smart_nframes,
+    smart_resize,
+)
 
 
 def test_sixty_seconds_1080p_patch14_is_120_frames_43200_tokens() -> None:
@@ -188,7 +193,7 @@ def test_frame_indices_match_torch_linspace_round() -> None:
 
 
 def test_qwen2vl_legacy_total_budget_option() -> None:
-    from fcp_data.readers.rules_qwen import QWEN2VL_LEGACY_TOTAL_PIXELS
+    from fcp_data.vision.families import QWEN2VL_LEGACY_TOTAL_PIXELS
 
     rule = get_rule("qwen2-vl", total_pixels=QWEN2VL_LEGACY_TOTAL_PIXELS)
     vt = rule.video(num_frames=1800, fps=30, height=1080, width=1920)

@@ -23,7 +23,7 @@ from sources_helpers import (
     write_tar,
 )
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.errors import ConfigError, MissingDependencyError, SampleError
 from fcp_data.readers import LengthIndex, ScannedSource, build_index
 from fcp_data.readers.scan import ScanConfig

@@ -163,7 +163,7 @@ def test_remote_bin_is_read_by_document_ranges(root: Path) -> None:
 
 def test_a_dataset_is_found_by_its_prefix_as_megatron_names_it(root: Path, capsys) -> None:
     """`--data-path corpus_text_document` names the pair by its prefix; was "does not exist"."""
-    from fcp_data.cli import main
+    from fcp.cli import main
     from fcp_data.readers import ScannedSource
 
     docs = _docs(20, seed=6)
@@ -200,12 +200,12 @@ def test_keys_count_from_one_as_json_lines_lines_do(root: Path) -> None:
 def test_one_bin_is_split_across_workers_into_the_same_index(root: Path, monkeypatch) -> None:
     """Was: one pair was one shard, so `--workers` ran it on one process. Pieces of documents,
     merged in order, give the index a single process writes, byte for byte."""
-    from fcp_data.readers import build
+    from fcp_data.readers import pieces as pieces_mod
 
     docs = _docs(300, seed=12)
     url = _write(root / "big", docs)
-    monkeypatch.setattr(build, "MIN_PIECE_BYTES", 4096)
-    pieces = build._pieces([url], 2)
+    monkeypatch.setattr(pieces_mod, "MIN_PIECE_BYTES", 4096)
+    pieces = pieces_mod.plan_pieces([url], 2)
     assert len(pieces) >= 4 and all(p.span is not None for p in pieces)  # really split
     assert [p.span[0] for p in pieces][1:] == [p.span[1] for p in pieces][:-1]  # doc runs tile
     one = build_index(url, root / "i-one")

@@ -19,7 +19,7 @@ import pytest
 import webdataset as wds
 from webdataset import TarWriter
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.errors import ConfigError, DataError, SampleError
 from fcp_data.readers.build import build_index
 from fcp_data.readers.cache import ShardCache

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from webdataset import TarWriter
 
-from fcp_data.cli import main
+from fcp.cli import main
 from fcp_data.readers.length_index import LengthIndex
 from fcp_data.readers.scan import ScanConfig
 from fcp_data.readers.shards import expand_shards, iter_raw_samples, read_members

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from fcp_data.readers.decode import decode_frames, decode_sample_video, groups_for_token_range
-from fcp_data.readers.media_meta import parse_sidecar, video_meta_from_fields
-from fcp_data.readers.probe import Prober, ProbeTimeout
-from fcp_data.readers.rules import get_rule
 from fcp_data.readers.synth import encode_video
+from fcp_data.vision.decode import decode_frames, decode_sample_video, groups_for_token_range
+from fcp_data.vision.families import get_rule
+from fcp_data.vision.media_meta import parse_sidecar, video_meta_from_fields
+from fcp_data.vision.probe import Prober, ProbeTimeout
 
 
 @pytest.fixture(scope="module")

@@ -34,11 +34,11 @@ import pytest
 import fcp_data
 from fcp_data.collate.zigzag import chunk_bounds, padded_seqlen
 from fcp_data.errors import ConfigError, MissingDependencyError, SampleError
-from fcp_data.readers.decode import decode_frames
 from fcp_data.vision.decode import (
     BACKENDS,
     DecodeStats,
     VideoDecodeError,
+    decode_frames,
     decode_video_frames,
     resolve_backend,
 )
@@ -445,23 +445,14 @@ def _absolute(path: Path, root: Path, node: ast.ImportFrom) -> str:
 
 def test_importing_the_decoder_loads_no_decoding_library() -> None:
     code = (
-        "import sys, fcp_data.vision.decode, fcp_data.vision.media, fcp_data.readers.decode; "
+        "import sys, fcp_data.vision.decode, fcp_data.vision.media; "
         "print(sorted(m for m in ('av', 'decord', 'torchcodec', 'PIL') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
-def test_old_import_paths_still_work() -> None:
+def test_torchcodec_is_named_without_an_extra() -> None:
     from fcp_data import optional
-    from fcp_data.readers import media_meta, probe
-    from fcp_data.readers import optional as old_optional
-    from fcp_data.vision import media_meta as new_meta
-    from fcp_data.vision import probe as new_probe
 
-    assert old_optional.require is optional.require and old_optional.EXTRAS is optional.EXTRAS
-    assert probe.Prober is new_probe.Prober and probe.ProbeTimeout is new_probe.ProbeTimeout
-    assert probe.probe_fields is new_probe.probe_fields
-    assert media_meta.parse_sidecar is new_meta.parse_sidecar
-    assert media_meta.video_meta_from_fields is new_meta.video_meta_from_fields
     assert optional.EXTRAS["torchcodec"] is None

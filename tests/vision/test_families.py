@@ -233,7 +233,7 @@ def test_importing_the_vision_package_loads_no_torch_pyav_or_pillow() -> None:
     import sys
 
     code = (
-        "import sys, fcp_data.vision, fcp_data.readers.rules, fcp_data.readers.scan\n"
+        "import sys, fcp_data.vision, fcp_data.vision.families, fcp_data.readers.scan\n"
         "print(sorted(m for m in ('torch', 'av', 'PIL', 'numba', 'transformers') "
         "if m in sys.modules))\n"
     )

@@ -154,7 +154,7 @@ def test_qwen25_image_positions_and_text_before(tok, qwen25) -> None:
 
 def test_next_text_conventions_differ_only_past_the_spatial_extent() -> None:
     """12 tubelets at interval 2 on a 4x4 merged grid: temporal ids reach s+22 > s+3."""
-    from fcp_data.readers.rules_base import VisionTokens
+    from fcp_data.vision.families import VisionTokens
     from fcp_data.vision.template import MediaLayout
 
     vt = VisionTokens(

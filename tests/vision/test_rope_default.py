@@ -168,5 +168,6 @@ def test_loader_resolves_auto_before_its_workers_start(tmp_path, tok) -> None:
         tokenizer=tok,
         options=LoaderOptions(vision=VisionOptions()),
     )
-    assert ld._builder.encoder.vision.next_text == "spatial"  # what workers receive, concrete
+    # what workers receive, concrete
+    assert ld._builder.encoder.vision_encoder.options.next_text == "spatial"
     assert ld.options.vision.next_text == "auto"  # the user's options are not mutated

@@ -50,7 +50,7 @@ def group_time(
     speed: float,
     cost_params: np.ndarray,
 ) -> float:
-    """T(G, d) of cost.py: L + max(A, C) + β1, compute scaled by the slowest member's speed;
+    """T(G, d) of cost/model.py: L + max(A, C) + β1, compute scaled by the slowest member's speed;
     with head-parallel transports, the fastest of the ring and each hybrid u x r.
 
     The kernels see a window's node span (`inter`), not where it starts: an all-to-all block

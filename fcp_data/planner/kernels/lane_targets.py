@@ -2,7 +2,7 @@
 
 For a target makespan M, `lanes_for_target` counts the lanes each sequence needs to finish
 within M; `smallest_lane_target` bisects the smallest M whose lanes fit the replicas. See
-`planner/lanes.py`; the arrays follow the conventions of `kernels/__init__.py`.
+`planner/strategies/lanes.py`; the arrays follow the conventions of `kernels/__init__.py`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Compiled kernels of the lane candidates: LPT dealing, refinement and packing.
 
-See `planner/lanes.py` for what a lane is; the arrays follow `kernels/__init__.py`. The lane
-sets themselves (dual approximation) are found by `lane_targets.py`.
+See `planner/strategies/lanes.py` for what a lane is; the arrays follow `kernels/__init__.py`.
+The lane sets themselves (dual approximation) are found by `lane_targets.py`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Compiled kernels of moldable list scheduling: window choice and micro-batch compaction.
 
-See `planner/moldable.py`; the arrays follow `kernels/__init__.py`.
+See `planner/strategies/moldable.py`; the arrays follow `kernels/__init__.py`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Compiled per-member vision time of CP groups (see `vision_cost` for the model).
+"""Compiled per-member vision time of CP groups (see `cost.vision` for the model).
 
 For each group, every member's Σ over the group's vision samples of (seconds per unit × units
 it holds), then the busiest member's total. A member's units are counted in closed form from
-its two zigzag chunks (`vision_cost.held_units` is the vectorised twin, checked against
+its two zigzag chunks (`cost.vision.held_units` is the vectorised twin, checked against
 enumerating positions); a degree-1 group holds every unit. O(Σ degrees) per schedule.
 """
 

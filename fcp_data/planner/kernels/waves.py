@@ -1,7 +1,7 @@
 """A schedule's critical path with idle (replica, wave) slots priced and optional wave barriers.
 
 Groups run in order on contiguous windows; group g lands in wave 1 + the latest wave of any
-earlier group on one of its replicas (the rule `Schedule.to_plan` numbers waves by). A replica
+earlier group on one of its replicas (the rule `assemble.to_plan` numbers waves by). A replica
 with no group in wave w still runs a micro-batch there when the framework needs every rank
 (`Cluster.idle`): `idle_s[r]` seconds, placed between its groups of waves < w and > w, so a
 placeholder in the middle of a replica's waves can delay its next group. With `sync`, every wave

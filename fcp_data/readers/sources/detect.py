@@ -25,40 +25,18 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ..errors import SkippedFile
-from ..tar_blocks import compression_of
+from ..remote import is_remote
+from .format import CorpusFormat
+from .registry import fallback, format_for, formats, match, prefix_shard, readable
 
 __all__ = [
-    "BYTE_RANGE_FORMATS",
-    "FORMATS",
-    "PAYLOAD_FORMATS",
-    "READABLE",
     "UnreadableSourceError",
+    "check_remote",
     "expand_local",
-    "format_of",
     "hf_data_files",
-    "megatron_idx",
-    "megatron_prefix",
+    "refuse",
 ]
 
-FORMATS = ("tar", "jsonl", "jsonl.gz", "jsonl.zst", "parquet", "arrow", "megatron")
-# member offsets are byte offsets of the shard file itself: one pread (or one HTTP range)
-# reads a sample, and the index checks that every member ends inside the file
-BYTE_RANGE_FORMATS = ("tar", "jsonl", "megatron")
-# member "offsets" are rows or offsets in a decompressed stream: the scan keeps each sample's
-# bytes (to checksum them, and for an index-less ScannedSource to serve them)
-PAYLOAD_FORMATS = ("jsonl.gz", "jsonl.zst", "parquet", "arrow")
-READABLE = (
-    "WebDataset .tar, JSON Lines (.jsonl/.ndjson, also .gz/.zst), Parquet (.parquet), a HF "
-    "datasets save_to_disk directory (data-*.arrow), megatron .bin/.idx pairs"
-)
-_SUFFIXES = (
-    ((".jsonl", ".ndjson"), "jsonl"),
-    ((".jsonl.gz", ".ndjson.gz"), "jsonl.gz"),
-    ((".jsonl.zst", ".jsonl.zstd", ".ndjson.zst"), "jsonl.zst"),
-    ((".parquet", ".pq"), "parquet"),
-    ((".arrow",), "arrow"),
-    ((".bin", ".idx"), "megatron"),
-)
 # files a dataset directory commonly carries beside its data: skipped when a directory is
 # expanded (a file named on the command line is never skipped)
 _NOT_DATA = ("readme", "license", "licence", "changelog", "citation")
@@ -69,51 +47,44 @@ class UnreadableSourceError(ConfigError):
     """A local file no reader of fcp can read; the message names it and the readable formats."""
 
 
-def _name(url: str) -> str:
-    """The lower-cased name of `url` without a query string (`s3://b/x.jsonl?v=2`)."""
-    base = url.split("?", 1)[0] if "://" in url else url
-    return base.lower()
+def check_remote(url: str) -> None:
+    """ConfigError for a remote URL whose format has no byte-range access (or breaks a rule
+    of its own format)."""
+    fmt = format_for(url)
+    if not is_remote(url):
+        return
+    if fmt.check_remote is not None:
+        fmt.check_remote(url)
+    if not fmt.byte_range:
+        remote = ", ".join("/".join(f.suffixes) for f in _byte_range())
+        raise ConfigError(
+            f"{url}: {fmt.name} shards are read locally only (a {fmt.name} sample is not a byte "
+            f"range fcp can fetch and verify); copy the files locally. Remote shards fcp reads: "
+            f"{remote}"
+        )
 
 
-def format_of(url: str) -> str:
-    """The format of shard `url` by its name (one of FORMATS); `pipe:` and unknown: "tar"."""
-    if url.startswith("pipe:"):
-        return "tar"
-    name = _name(url)
-    for ends, fmt in _SUFFIXES:
-        if name.endswith(ends):
-            return fmt
-    return "tar"
+def _byte_range() -> list[CorpusFormat]:
+    return [f for f in formats() if f.byte_range]
 
 
-def megatron_idx(url: str) -> str:
-    """The `.idx` beside megatron shard `url` (a `.bin`), query string kept."""
-    base, sep, query = url.partition("?") if "://" in url else (url, "", "")
-    return base[: -len(".bin")] + ".idx" + sep + query
-
-
-def _sniff(path: str) -> str:
-    """What the first 512 bytes of an unnamed local file look like (for the error message)."""
+def _sniff(path: str) -> tuple[CorpusFormat | None, str]:
+    """The format whose `magic` the first 512 bytes of an unnamed local file show, and its
+    rename hint; (None, why) when none does (for the error message)."""
     try:
         with open(path, "rb") as f:
             head = f.read(512)
     except OSError as exc:
-        return f"cannot be read ({exc})"
-    if (len(head) >= 262 and head[257:262] == b"ustar") or compression_of(head[:8]):
-        return "tar"  # a compressed one is refused by the shard expansion, with its remedy
-    if head[:4] == b"PAR1":
-        return "Parquet data: name it *.parquet"
-    if head[:6] == b"ARROW1" or head[:4] == b"\xff\xff\xff\xff":
-        return "Arrow IPC data: name it *.arrow"
-    if head[:9] == b"MMIDIDX\x00\x00":
-        return "a megatron .idx: name it PREFIX.idx beside PREFIX.bin"
-    if head.lstrip()[:1] == b"{":
-        return "JSON Lines: name it *.jsonl"
-    return "no format fcp reads"
+        return None, f"cannot be read ({exc})"
+    for fmt in formats():
+        if fmt.magic is not None and fmt.magic(head):
+            return fmt, fmt.hint
+    return None, "no format fcp reads"
 
 
-def _refuse(path: str, why: str) -> UnreadableSourceError:
-    return UnreadableSourceError(f"cannot read {path}: {why}. fcp reads {READABLE}")
+def refuse(path: str, why: str) -> UnreadableSourceError:
+    """The error for local file `path` no reader can read, naming why and what fcp reads."""
+    return UnreadableSourceError(f"cannot read {path}: {why}. fcp reads {readable()}")
 
 
 def _hf_state(path: Path) -> dict | None:
@@ -123,7 +94,7 @@ def _hf_state(path: Path) -> dict | None:
     try:
         obj = json.loads(state.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise _refuse(str(state), f"a HF datasets state.json that does not parse ({exc})") from exc
+        raise refuse(str(state), f"a HF datasets state.json that does not parse ({exc})") from exc
     return obj if isinstance(obj, dict) and isinstance(obj.get("_data_files"), list) else None
 
 
@@ -148,19 +119,17 @@ def hf_data_files(path: str | os.PathLike[str]) -> list[str] | None:
     for entry in state["_data_files"]:
         name = entry.get("filename") if isinstance(entry, dict) else None
         if isinstance(name, str) and not _inside(name):
-            raise _refuse(
+            raise refuse(
                 str(root / "state.json"),
                 f"it lists a data file {name!r} outside the dataset folder {root} (a path "
                 "inside a dataset's own metadata must stay in its folder: a plain file name "
                 "such as 'data-00000-of-00001.arrow'); fix state.json or re-save the dataset",
             )
         if not isinstance(name, str) or not (root / name).is_file():
-            raise _refuse(
-                str(root / "state.json"), f"it lists a data file {name!r} that is missing"
-            )
+            raise refuse(str(root / "state.json"), f"it lists a data file {name!r} that is missing")
         files.append(str(root / name))
     if not files:
-        raise _refuse(str(root), "a HF datasets directory whose state.json lists no data file")
+        raise refuse(str(root), "a HF datasets directory whose state.json lists no data file")
     return files
 
 
@@ -193,24 +162,6 @@ def _not_data_by_name(name: str) -> str:
     return ""
 
 
-def _json_lines(path: str) -> bool:
-    """True when the first two non-blank lines of `path` (within 64 KiB) are JSON objects: JSON
-    Lines under another name. A pretty-printed or one-line JSON document (tokenizer.json,
-    config.json) is not."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError:
-        return False
-    lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip()][:2]  # whole lines only
-    if len(lines) < 2:
-        return False
-    try:
-        return all(isinstance(json.loads(ln), dict) for ln in lines)
-    except ValueError:
-        return False
-
-
 def _in_directory(path: str) -> tuple[str, str]:
     """(shard, "") for a data file found inside a directory, or ("", why it is not data).
 
@@ -220,19 +171,17 @@ def _in_directory(path: str) -> tuple[str, str]:
     why = _not_data_by_name(name)
     if why:
         return "", why
-    fmt = format_of(path)
-    if fmt != "tar" or _name(path).endswith(".tar") or not os.path.isfile(path):
+    if match(path) is not None or not os.path.isfile(path):
         return _check_file(path), ""
-    kind = _sniff(path)
-    if kind == "tar":
+    fmt, why = _sniff(path)
+    if fmt is fallback():  # a tar named for no format (a compressed one is refused later)
         return path, ""
-    if kind.startswith("JSON Lines"):
-        if _json_lines(path):
-            raise _refuse(path, kind)
-        return "", "JSON, not JSON Lines: a config or tokenizer file"
-    if "name it" in kind:  # Parquet, Arrow, a megatron .idx: data under a wrong name
-        raise _refuse(path, kind)
-    return "", "not a format fcp reads (not a tar, JSON Lines, Parquet, Arrow or megatron)"
+    if fmt is None:
+        return "", f"not a format fcp reads ({readable()})"
+    not_data = fmt.confirm(path) if fmt.confirm is not None else ""
+    if not_data:  # JSON that is not JSON Lines: a config or tokenizer file
+        return "", not_data
+    raise refuse(path, why)  # Parquet, Arrow, a megatron .idx, JSON Lines: a wrong name
 
 
 def _walk(root: Path, out: list[str], skipped: list[SkippedFile]) -> None:
@@ -256,30 +205,17 @@ def _walk(root: Path, out: list[str], skipped: list[SkippedFile]) -> None:
 
 
 def _check_file(path: str) -> str:
-    """`path` as the shard to index (a megatron .idx becomes its .bin); raises when unreadable."""
-    fmt = format_of(path)
-    if fmt == "megatron":
-        stem = path[: -len(".bin")] if path.lower().endswith(".bin") else path[: -len(".idx")]
-        bin_path, idx_path = stem + ".bin", stem + ".idx"
-        if not (os.path.isfile(bin_path) and os.path.isfile(idx_path)):
-            missing = idx_path if os.path.isfile(bin_path) else bin_path
-            raise _refuse(path, f"a megatron indexed dataset needs {missing} beside it")
-        return bin_path
-    if fmt != "tar" or _name(path).endswith(".tar") or not os.path.isfile(path):
+    """`path` as the shard to index (its format's `resolve_local`: a megatron .idx becomes its
+    .bin); raises when unreadable."""
+    fmt = match(path)
+    if fmt is not None and fmt.resolve_local is not None:
+        return fmt.resolve_local(path)
+    if fmt is not None or not os.path.isfile(path):
         return path  # named for its format (a FIFO is a tar stream)
-    kind = _sniff(path)
-    if kind != "tar":
-        raise _refuse(path, kind)
+    fmt, why = _sniff(path)
+    if fmt is not fallback():
+        raise refuse(path, why)
     return path
-
-
-def megatron_prefix(path: str) -> str:
-    """`path` + ".bin" when `path` is a megatron prefix (as `--data-path corpus_text_document`
-    names a dataset) with both PREFIX.bin and PREFIX.idx beside it, else ""."""
-    if os.path.exists(path) or not path or path.endswith(("/", os.sep)):
-        return ""
-    bin_path, idx_path = path + ".bin", path + ".idx"
-    return bin_path if os.path.isfile(bin_path) and os.path.isfile(idx_path) else ""
 
 
 def expand_local(path: str, skipped: list[SkippedFile] | None = None) -> list[str]:
@@ -288,7 +224,7 @@ def expand_local(path: str, skipped: list[SkippedFile] | None = None) -> list[st
     sorted by name; dot files skipped, files that are not data appended to `skipped`). Raises
     UnreadableSourceError for a file fcp cannot read and ConfigError for a directory holding
     no shard."""
-    prefix = megatron_prefix(path)
+    prefix = prefix_shard(path)
     if prefix:
         return [prefix]
     if not os.path.isdir(path):
@@ -306,7 +242,7 @@ def expand_local(path: str, skipped: list[SkippedFile] | None = None) -> list[st
         raise ConfigError(
             f"directory {path} holds no file to index"
             + (f" ({len(left)} skipped as not data: {shown})" if left else "")
-            + f"; fcp reads {READABLE}"
+            + f"; fcp reads {readable()}"
         )
     if skipped is not None:
         skipped.extend(left)

@@ -23,18 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import zlib
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError
+from ...optional import require
 from ..byte_source import open_source
-from ..optional import require
 from ..shards import BadMember, RawSample
+from .format import CorpusFormat, Span, SplitPiece
 
 __all__ = [
+    "FORMATS",
     "CompressedCutError",
     "Decompressed",
     "DecompressedTooLong",
@@ -196,7 +200,7 @@ class JsonlLines:
         self.url, self.fmt, self.timeout_s, self.max_bytes = url, fmt, timeout_s, max_bytes
         self.lo, self.hi = span if span is not None else (0, -1)
         if self.lo and fmt != "jsonl":
-            raise ValueError(f"{url}: only plain .jsonl files are read in byte ranges")
+            raise ConfigError(f"{url}: only plain .jsonl files are read in byte ranges")
         self.lines = 0
         self._at = self.lo  # end of the last line read (plain) or compressed bytes consumed
         self._size = 0
@@ -315,3 +319,89 @@ def decompressed_copy(
             tmp.unlink()
         raise ConfigError(f"cannot decompress {url} into {directory} ({exc})") from exc
     return str(path)
+
+
+def _samples(fmt: str) -> Callable[[str, Any, Span | None], JsonlLines]:
+    """The registry's sample iterator of JSON Lines variant `fmt` (a ScanConfig drives it)."""
+
+    def samples(url: str, config: Any, span: Span | None) -> JsonlLines:
+        return iter_jsonl(
+            url,
+            fmt,
+            timeout_s=config.stream_timeout_s,
+            max_bytes=config.stream_max_bytes,
+            span=span,
+        )
+
+    return samples
+
+
+def _split(url: str, size: int, n: int) -> list[SplitPiece]:
+    """`n` byte ranges of a plain local file: a piece owns the lines that start inside it."""
+    cuts = sorted({size * k // n for k in range(n + 1)})
+    return [((a, b), a, b) for a, b in pairwise(cuts)]
+
+
+def _copy(fmt: str) -> Callable[[str, str, Path, int], str]:
+    def copy(url: str, fingerprint: str, directory: Path, end: int) -> str:
+        return decompressed_copy(url, fmt, fingerprint, directory, end=end)
+
+    return copy
+
+
+def _json_lines(path: str) -> bool:
+    """True when the first two non-blank lines of `path` (within 64 KiB) are JSON objects: JSON
+    Lines under another name. A pretty-printed or one-line JSON document (tokenizer.json,
+    config.json) is not."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip()][:2]  # whole lines only
+    if len(lines) < 2:
+        return False
+    try:
+        return all(isinstance(json.loads(ln), dict) for ln in lines)
+    except ValueError:
+        return False
+
+
+def _magic(head: bytes) -> bool:
+    return head.lstrip()[:1] == b"{"
+
+
+def _confirm(path: str) -> str:
+    """ "" for JSON Lines under another name (refused by name), else why it is not data."""
+    return "" if _json_lines(path) else "JSON, not JSON Lines: a config or tokenizer file"
+
+
+FORMATS = (
+    CorpusFormat(
+        name="jsonl",
+        title="JSON Lines (.jsonl/.ndjson, also .gz/.zst)",
+        suffixes=(".jsonl", ".ndjson"),
+        byte_range=True,
+        samples=_samples("jsonl"),
+        split=_split,
+        magic=_magic,
+        hint="JSON Lines: name it *.jsonl",
+        confirm=_confirm,
+    ),
+    CorpusFormat(
+        name="jsonl.gz",
+        title="",
+        suffixes=(".jsonl.gz", ".ndjson.gz"),
+        byte_range=False,
+        samples=_samples("jsonl.gz"),
+        local_copy=_copy("jsonl.gz"),
+    ),
+    CorpusFormat(
+        name="jsonl.zst",
+        title="",
+        suffixes=(".jsonl.zst", ".jsonl.zstd", ".ndjson.zst"),
+        byte_range=False,
+        samples=_samples("jsonl.zst"),
+        local_copy=_copy("jsonl.zst"),
+    ),
+)

@@ -24,13 +24,24 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
 
 import numpy as np
 
 from ...errors import ConfigError
-from .detect import megatron_idx
+from ...vision.modality import Modality
+from .format import CorpusFormat, SplitPiece
 
-__all__ = ["MegatronIndex", "as_npy", "read_idx", "read_idx_file"]
+__all__ = [
+    "FORMATS",
+    "MegatronIndex",
+    "as_npy",
+    "megatron_idx",
+    "megatron_prefix",
+    "read_idx",
+    "read_idx_file",
+]
 
 MAGIC = b"MMIDIDX\x00\x00"
 HEAD = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences, documents: 34 bytes
@@ -202,3 +213,121 @@ def iter_documents(
     for d, off, n in index.spans():
         if lo <= d < hi:
             yield f"doc {d + 1}", off, n, None
+
+
+def megatron_idx(url: str) -> str:
+    """The `.idx` beside megatron shard `url` (a `.bin`), query string kept."""
+    base, sep, query = url.partition("?") if "://" in url else (url, "", "")
+    return base[: -len(".bin")] + ".idx" + sep + query
+
+
+def megatron_prefix(path: str) -> str:
+    """`path` + ".bin" when `path` is a megatron prefix (as `--data-path corpus_text_document`
+    names a dataset) with both PREFIX.bin and PREFIX.idx beside it, else ""."""
+    if os.path.exists(path) or not path or path.endswith(("/", os.sep)):
+        return ""
+    bin_path, idx_path = path + ".bin", path + ".idx"
+    return bin_path if os.path.isfile(bin_path) and os.path.isfile(idx_path) else ""
+
+
+def _resolve_local(path: str) -> str:
+    """The .bin of a local .bin or .idx; UnreadableSourceError when its pair is missing."""
+    stem = path[: -len(".bin")] if path.lower().endswith(".bin") else path[: -len(".idx")]
+    bin_path, idx_path = stem + ".bin", stem + ".idx"
+    if not (os.path.isfile(bin_path) and os.path.isfile(idx_path)):
+        from .detect import refuse
+
+        missing = idx_path if os.path.isfile(bin_path) else bin_path
+        raise refuse(path, f"a megatron indexed dataset needs {missing} beside it")
+    return bin_path
+
+
+def _check_remote(url: str) -> None:
+    if not url.split("?", 1)[0].lower().endswith(".bin"):
+        raise ConfigError(
+            f"{url}: name a remote megatron dataset by its .bin URL (the .idx beside it is "
+            "fetched with it)"
+        )
+
+
+def _records(url: str, config: Any, span: tuple[int, int] | None) -> Iterator[Any]:
+    """A SampleRecord per document of a .bin, lengths from its .idx (no tokenizer); an empty
+    document is a BadMember."""
+    from ..scan import SampleRecord
+    from ..shards import BadMember
+
+    index = read_idx_file(url, timeout_s=config.stream_timeout_s)
+    dtype, item = index.dtype.name, index.dtype.itemsize
+    docs = iter_documents(url, timeout_s=config.stream_timeout_s, index=index, span=span)
+    for key, off, n, raw in docs:
+        if n == 0:
+            yield BadMember(key, "empty document (0 tokens)")
+            continue
+        yield SampleRecord(
+            key=key,
+            url=url,
+            modality=Modality.TEXT.value,
+            text_tokens=n,
+            vision_tokens=0,
+            special_tokens=config.text_special_tokens,
+            causal=True,
+            members={"npy": (off, n * item)},
+            payload=None if raw is None else {"npy": raw},
+            dtype=dtype,
+        )
+
+
+def _split(url: str, size: int, n: int) -> list[SplitPiece]:
+    """About `n` runs of whole documents of a local .bin, cut near equal byte shares."""
+    idx = read_idx_file(url, timeout_s=60.0)
+    offsets = np.append(idx.doc_offset, idx.bin_bytes)
+    wanted = [size * k // n for k in range(n + 1)]
+    docs = sorted({int(np.searchsorted(offsets, w)) for w in wanted} | {0, len(idx)})
+    docs = [d for d in docs if d <= len(idx)]
+    return [((a, b), int(offsets[a]), int(offsets[b])) for a, b in pairwise(docs)]
+
+
+def _present(meta: dict[str, Any], members: dict[str, bytes], limit: int) -> dict[str, bytes]:
+    """Raw ids as `.npy`, what the loader's pre-tokenized path reads."""
+    return {ext: as_npy(data, str(meta.get("dtype", "int32"))) for ext, data in members.items()}
+
+
+def _meta(url: str, timeout_s: float) -> dict[str, Any]:
+    from ..shards import shard_fingerprint
+
+    idx = read_idx_file(url, timeout_s=timeout_s)
+    return {
+        "dtype": idx.dtype.name,
+        "idx_fingerprint": shard_fingerprint(megatron_idx(url)),
+        "key_base": 1,  # "doc 1": counted from 1 (older indexes named documents from 0)
+    }
+
+
+def _stale(url: str, meta: dict[str, Any]) -> str:
+    """Why the lengths of local shard `url` changed since indexing: its .idx differs."""
+    from ..shards import shard_fingerprint
+
+    idx = megatron_idx(url)
+    if shard_fingerprint(idx) != meta.get("idx_fingerprint"):
+        return f"{idx} (the lengths of shard {url}) changed"
+    return ""
+
+
+FORMATS = (
+    CorpusFormat(
+        name="megatron",
+        title="megatron .bin/.idx pairs",
+        suffixes=(".bin", ".idx"),
+        byte_range=True,
+        samples=_records,
+        split=_split,
+        present=_present,
+        meta=_meta,
+        stale=_stale,
+        resolve_local=_resolve_local,
+        prefix=megatron_prefix,
+        check_remote=_check_remote,
+        magic=lambda head: head[:9] == MAGIC,
+        hint="a megatron .idx: name it PREFIX.idx beside PREFIX.bin",
+    ),
+)

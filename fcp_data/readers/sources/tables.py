@@ -17,17 +17,19 @@ byte range, so remote tables are refused at expansion (copy them locally).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from itertools import pairwise
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from ...errors import ConfigError
-from ..optional import require
+from ...errors import ConfigError, MemberError, OutOfRangeError
+from ...optional import require
 from ..shards import BadMember, RawSample
+from .format import CorpusFormat, Span, SplitPiece
 
-__all__ = ["TableRows", "TableSamples", "iter_table", "row_group_rows"]
+__all__ = ["FORMATS", "TableRows", "TableSamples", "iter_table", "row_group_rows"]
 
 
 def _pa(url: str) -> Any:
@@ -118,7 +120,7 @@ class TableSamples:
             chunks = (handle.read_row_group(g, columns=[column]).column(0) for g in range(lo, hi))
         else:
             if self.span is not None:
-                raise ValueError(f"{url}: only Parquet files are read by row group")
+                raise ConfigError(f"{url}: only Parquet files are read by row group")
             row, self._total = 0, handle.num_rows
             chunks = iter([handle.column(column)])
         for chunk in chunks:
@@ -159,7 +161,7 @@ class TableRows:
     def member(self, row: int) -> bytes:
         """The member bytes of `row` (what the scan recorded and checksummed)."""
         if not 0 <= row < int(self._starts[-1]):
-            raise IndexError(f"{self.url} has {int(self._starts[-1])} rows, not row {row}")
+            raise OutOfRangeError(f"{self.url} has {int(self._starts[-1])} rows, not row {row}")
         if self.fmt == "parquet":
             g = int(np.searchsorted(self._starts, row, side="right") - 1)
             with self._lock:
@@ -170,5 +172,72 @@ class TableRows:
         else:
             value = self._handle.column(self.column)[row].as_py()
         if value is None:
-            raise ValueError(f"{self.url}: row {row} of column {self.column!r} is null")
+            raise MemberError(f"{self.url}: row {row} of column {self.column!r} is null")
         return _member(self.kind, self.column, value)
+
+
+def _split(url: str, size: int, n: int) -> list[SplitPiece]:
+    """About `n` runs of row groups of a Parquet file, each accounting for its rows' share of
+    the file's bytes; [] when it has fewer than two row groups or no row."""
+    rows = np.asarray(row_group_rows(url), dtype=np.int64)
+    if rows.size < 2 or rows.sum() == 0:
+        return []
+    share = np.concatenate([[0], np.cumsum(rows)]) * size // int(rows.sum())  # bytes by rows
+    groups = sorted(
+        {int(np.searchsorted(share, size * k // n)) for k in range(n + 1)} | {0, rows.size}
+    )
+    groups = [g for g in groups if g <= rows.size]
+    return [((a, b), int(share[a]), int(share[b])) for a, b in pairwise(groups)]
+
+
+def _samples(fmt: str) -> Callable[[str, Any, Span | None], TableSamples]:
+    def samples(url: str, config: Any, span: Span | None) -> TableSamples:
+        return iter_table(url, fmt, config.text_field, span)
+
+    return samples
+
+
+def _rows(fmt: str) -> Callable[[str, str], TableRows]:
+    def rows(url: str, text_field: str) -> TableRows:
+        return TableRows(url, fmt, text_field)
+
+    return rows
+
+
+def _meta(url: str, timeout_s: float) -> dict[str, Any]:
+    return {"key_base": 1}  # "row 1": counted from 1 (older indexes named rows from 0)
+
+
+def _parquet_magic(head: bytes) -> bool:
+    return head[:4] == b"PAR1"
+
+
+def _arrow_magic(head: bytes) -> bool:
+    return head[:6] == b"ARROW1" or head[:4] == b"\xff\xff\xff\xff"
+
+
+FORMATS = (
+    CorpusFormat(
+        name="parquet",
+        title="Parquet (.parquet)",
+        suffixes=(".parquet", ".pq"),
+        byte_range=False,
+        samples=_samples("parquet"),
+        split=_split,
+        rows=_rows("parquet"),
+        meta=_meta,
+        magic=_parquet_magic,
+        hint="Parquet data: name it *.parquet",
+    ),
+    CorpusFormat(
+        name="arrow",
+        title="a HF datasets save_to_disk directory (data-*.arrow)",
+        suffixes=(".arrow",),
+        byte_range=False,
+        samples=_samples("arrow"),
+        rows=_rows("arrow"),
+        meta=_meta,
+        magic=_arrow_magic,
+        hint="Arrow IPC data: name it *.arrow",
+    ),
+)

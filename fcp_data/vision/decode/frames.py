@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...errors import ConfigError
 from .backends import make_backend, resolve_backend
 from .base import DecodeStats
 from .errors import size_changes, size_mismatch
@@ -43,7 +44,7 @@ def decode_video_frames(
     name = resolve_backend(backend, device)
     wanted = sorted({int(i) for i in indices})
     if not wanted or wanted[0] < 0:
-        raise ValueError(f"frame indices {list(indices)[:4]} must be non-empty and >= 0")
+        raise ConfigError(f"frame indices {list(indices)[:4]} must be non-empty and >= 0")
     stats = DecodeStats() if stats is None else stats
     stats.backend = name
     frames = make_backend(name, device).decode(data, wanted, stats)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...errors import SampleError
+from ...errors import ConfigError, SampleError
 from ..families import VisionTokenRule, VisionTokens, get_rule
 from ..modality import VIDEO_EXTS
 from .base import DecodeStats
@@ -52,7 +52,7 @@ def decode_frames(
     import torch  # here, not at import: importing the decoder costs no torch start-up
 
     if not indices:
-        raise ValueError("no frame indices to decode")
+        raise ConfigError("frame indices are empty: pass at least one frame index to decode")
     try:
         frames = decode_video_frames(
             data, indices, native, backend=backend, device=device, stats=stats
@@ -121,7 +121,7 @@ def decode_index_video(
     `index.vision_tokens[i]`, so the decoded tensor always matches the planned length.
     """
     if index.modality_name(i) != "video":
-        raise ValueError(f"sample {i} ({index.keys[i]}) is {index.modality_name(i)}, not video")
+        raise ConfigError(f"sample {i} ({index.keys[i]}) is {index.modality_name(i)}, not video")
     if rule is None:
         scan = index.header.scan
         rule = get_rule(scan.vision_rule, **scan.rule_overrides)

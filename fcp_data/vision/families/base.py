@@ -22,6 +22,8 @@ from typing import Literal
 
 import msgspec
 
+from ...errors import ConfigError
+
 __all__ = [
     "PAD_PARTS",
     "SPECIAL_PARTS",
@@ -58,7 +60,7 @@ def count_template(parts: tuple[TemplatePart, ...], text_counter: TextCounter) -
         elif kind in SPECIAL_PARTS:
             n += 1
         elif kind not in PAD_PARTS:
-            raise ValueError(f"template part kind {kind!r} is not text, special or pad")
+            raise ConfigError(f"template part kind {kind!r} is not text, special or pad")
     return n
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ...errors import ConfigError, MemberError
 from .base import (
     FamilySpec,
     TemplatePart,
@@ -75,9 +76,9 @@ def closest_grid(
     image area exceeds half of that grid's pixel area, as in `find_closest_aspect_ratio`.
     """
     if width <= 0 or height <= 0:
-        raise ValueError(f"image size {width}x{height} must be positive")
+        raise MemberError(f"image size {width}x{height} must be positive")
     if not 1 <= min_num <= max_num:
-        raise ValueError(f"tile bounds [{min_num}, {max_num}] must satisfy 1 <= min <= max")
+        raise ConfigError(f"tile bounds [{min_num}, {max_num}] must satisfy 1 <= min <= max")
     candidates = {
         (i, j)
         for n in range(min_num, max_num + 1)
@@ -143,9 +144,9 @@ class InternVLRule(VisionTokenRule):
 
     def video(self, *, num_frames: int, fps: float, height: int, width: int) -> VisionTokens:
         if num_frames < 1:
-            raise ValueError(f"video has {num_frames} frames; need at least 1")
+            raise MemberError(f"video has {num_frames} frames; need at least 1")
         if height <= 0 or width <= 0:
-            raise ValueError(f"frame size {height}x{width} must be positive")
+            raise MemberError(f"frame size {height}x{width} must be positive")
         n = min(self.config.num_frames, num_frames)
         # InternVL's 'middle' sampling (get_frame_indices): split [0, N) into n segments at
         # int(linspace(0, N, n + 1)) and take each segment's integer midpoint.
@@ -214,9 +215,9 @@ def spec(rule_name: str, patch_size: int | None = None) -> InternVLSpec:
     """The spec of rule `rule_name` (InternViT's patch is fixed at 14: `patch_size` must be
     None or 14, the tile grid and token count depend on it)."""
     if rule_name not in RULE_NAMES:
-        raise ValueError(f"{rule_name!r} is not an InternVL rule ({', '.join(RULE_NAMES)})")
+        raise ConfigError(f"{rule_name!r} is not an InternVL rule ({', '.join(RULE_NAMES)})")
     if patch_size not in (None, INTERNVL.patch):
-        raise ValueError(f"InternVL's patch is {INTERNVL.patch}, not {patch_size}")
+        raise ConfigError(f"InternVL's patch is {INTERNVL.patch}, not {patch_size}")
     return INTERNVL
 
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from ...errors import ConfigError, MemberError
 from .base import (
     FamilySpec,
     HFRopeModel,
@@ -131,9 +132,9 @@ def smart_resize(
     scale by beta = sqrt(min/HW) and ceil.
     """
     if height <= 0 or width <= 0:
-        raise ValueError(f"frame size {height}x{width} must be positive; check the sidecar")
+        raise MemberError(f"frame size {height}x{width} must be positive; check the sidecar")
     if max(height, width) / min(height, width) > MAX_RATIO:
-        raise ValueError(
+        raise MemberError(
             f"aspect ratio of {height}x{width} exceeds {MAX_RATIO}:1 (qwen-vl-utils rejects it); "
             "crop or pad the media"
         )
@@ -158,17 +159,17 @@ def smart_nframes(
 ) -> int:
     """Frames sampled from a video: N/f*fps clamped to [min, min(max, N)], floored to even."""
     if total_frames < FRAME_FACTOR:
-        raise ValueError(
+        raise MemberError(
             f"video has {total_frames} frame(s); qwen-vl-utils needs at least {FRAME_FACTOR}"
         )
     if video_fps <= 0:
-        raise ValueError(f"video fps {video_fps} must be positive; fix the sidecar or re-probe")
+        raise MemberError(f"video fps {video_fps} must be positive; fix the sidecar or re-probe")
     lo = _ceil(min_frames, FRAME_FACTOR)
     hi = _floor(min(max_frames, total_frames), FRAME_FACTOR)
     n = total_frames / video_fps * fps
     n = _floor(min(min(max(n, lo), hi), total_frames), FRAME_FACTOR)
     if not FRAME_FACTOR <= n <= total_frames:
-        raise ValueError(f"sampled frame count {n} outside [{FRAME_FACTOR}, {total_frames}]")
+        raise MemberError(f"sampled frame count {n} outside [{FRAME_FACTOR}, {total_frames}]")
     return int(n)
 
 
@@ -224,7 +225,7 @@ class QwenVisionRule(VisionTokenRule):
         c = self.config
         if c.hf_frame_sampling:
             if num_frames < 1 or fps <= 0:
-                raise ValueError(f"video with {num_frames} frames at {fps} fps cannot be sampled")
+                raise MemberError(f"video with {num_frames} frames at {fps} fps cannot be sampled")
             n = int(num_frames / fps * c.fps)
             n = min(max(n, c.min_frames), c.max_frames, num_frames)
             idx = _linspace_round(0, num_frames - 1, n)
@@ -303,7 +304,7 @@ def qwen_rows(units: np.ndarray, *, patch: int, merge: int = 2) -> np.ndarray:
     """float32 [U, tps, C, H, W] (U units of tps frames) -> rows [U * gh * gw, C * tps * p * p]."""
     u, tps, c, h, w = units.shape
     if h % (patch * merge) or w % (patch * merge):
-        raise ValueError(
+        raise MemberError(
             f"frame size {h}x{w} is not a multiple of patch*merge={patch * merge}; resize it "
             "with the rule's smart_resize first"
         )
@@ -393,7 +394,7 @@ def spec(rule_name: str, patch_size: int | None = None) -> QwenSpec:
     for s in SPECS:
         if s.rule == rule_name:
             return s if patch_size in (None, s.patch) else replace(s, patch=patch_size)
-    raise ValueError(f"{rule_name!r} is not a Qwen rule ({', '.join(RULE_NAMES)})")
+    raise ConfigError(f"{rule_name!r} is not a Qwen rule ({', '.join(RULE_NAMES)})")
 
 
 def spec_of_rule(rule: VisionTokenRule) -> QwenSpec:

@@ -1,0 +1,1 @@
+"""Subcommands of `fcp`: one module each, discovered by `fcp.cli`."""

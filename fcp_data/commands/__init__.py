@@ -1,1 +1,0 @@
-"""Subcommands of `fcp`: one module each, discovered by `fcp_data.cli`."""
