@@ -30,6 +30,10 @@ SLOWEST_FIRST = (
     "tests/e2e/test_train_fsdp_example.py",
     "tests/exec/test_hf_text_parity.py",
     "tests/exec/test_fsdp.py",
+    "tests/e2e/test_train_resume.py",
+    "tests/exec/test_hf_trainer.py",
+    "tests/test_bench_quick.py",
+    "tests/e2e/test_grpo_example.py",
 )
 
 
