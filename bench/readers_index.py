@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import webdataset as wds
 
-    from fcp_data.readers import Prober, build_index, make_shards
+    from fcp_data.readers import build_index, make_shards
     from fcp_data.vision.media_meta import parse_sidecar
-    from fcp_data.vision.probe import probe_fields
+    from fcp_data.vision.probe import Prober, probe_fields
 
     rows: list[tuple[str, float, str]] = []
     results: dict[str, float] = {}

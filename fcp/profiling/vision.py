@@ -6,7 +6,7 @@
   non-negative relative least squares: t(P) = a_unit + a_patch · P + a_full · P², the
   VisionCost terms (full attention in every block; windows are a preset-only term).
 * Decode: an mp4 (H.264, PyAV) of moving noise is generated in memory at several sizes and
-  decoded + resized by the loader's own path (`fcp_data.readers.decode_frames`); fitted as
+  decoded + resized by the loader's own path (`fcp_data.vision.decode.decode_frames`); fitted as
   t = decode_seconds_per_mpix · megapixels per frame.
 
 Both report the per-point error table like the compute fit. The defaults (2 blocks of width
@@ -133,7 +133,7 @@ def make_test_video(width: int, height: int, frames: int, *, fps: int = 30) -> b
 def time_decode(width: int, height: int, frames: int, repeats: int) -> float:
     """Seconds per frame to decode every frame of a `width`×`height` mp4 and resize it to the
     28-multiple nearest its size (the loader's path)."""
-    from fcp_data.readers import decode_frames
+    from fcp_data.vision.decode import decode_frames
 
     data = make_test_video(width, height, frames)
     size = (max(28, height // 28 * 28), max(28, width // 28 * 28))

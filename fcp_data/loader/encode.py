@@ -54,7 +54,7 @@ class EncodedSample:
 
     tokens: np.ndarray
     vision_start: int = 0
-    vision: Any = None  # readers.VisionTokens of a video or image
+    vision: Any = None  # vision.families.VisionTokens of a video or image
     video: bytes | None = None
     image: bytes | None = None
     targets: np.ndarray | None = None  # vision path: which tokens a label may predict

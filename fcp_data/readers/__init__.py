@@ -1,6 +1,7 @@
-"""Readers: WebDataset text/video/image shards, vision-token rules, the length index.
+"""Readers: corpus shards in every format fcp reads, and the length index over them.
 
-    from fcp_data.readers import LengthIndex, build_index, decode_index_video, stream_records
+    from fcp_data.readers import LengthIndex, build_index, stream_records
+    from fcp_data.vision.decode import decode_index_video     # vision has its own face
     index = build_index("shards/video-{000000..000009}.tar", "index", workers=4)
     index = LengthIndex.open("index", expect_rule="qwen2.5-vl")   # memory-mapped, verified
     planner_input = index.seqlens, index.causal                    # int64, bool per sample
@@ -19,11 +20,9 @@ import importlib
 from typing import Any
 
 __all__ = [
-    "RULE_NAMES",
     "CompressedShardError",
     "ErrorPolicy",
     "LengthIndex",
-    "Prober",
     "RatioCounter",
     "RuleMismatchError",
     "SampleError",
@@ -36,22 +35,14 @@ __all__ = [
     "StaleIndexError",
     "TokenStore",
     "TooManyFailures",
-    "VisionTokenRule",
-    "VisionTokens",
     "build_index",
-    "decode_frames",
-    "decode_index_video",
-    "decode_sample_video",
     "expand_shards",
-    "get_rule",
     "load_counter",
     "make_shards",
     "stream_records",
 ]
 
 _WHERE = {
-    "RULE_NAMES": "fcp_data.vision.families",
-    "get_rule": "fcp_data.vision.families",
     "CompressedShardError": "errors",
     "ErrorPolicy": "errors",
     "SampleError": "errors",
@@ -60,7 +51,6 @@ _WHERE = {
     "TokenStore": "token_store",
     "RuleMismatchError": "length_index",
     "StaleIndexError": "length_index",
-    "Prober": "fcp_data.vision.probe",
     "RatioCounter": "text",
     "load_counter": "text",
     "SampleRecord": "scan",
@@ -69,12 +59,7 @@ _WHERE = {
     "ScanConfig": "scan",
     "ScanHeader": "scanned",
     "ScannedSource": "scanned",
-    "VisionTokenRule": "fcp_data.vision.families",
-    "VisionTokens": "fcp_data.vision.families",
     "build_index": "build",
-    "decode_frames": "fcp_data.vision.decode",
-    "decode_index_video": "fcp_data.vision.decode",
-    "decode_sample_video": "fcp_data.vision.decode",
     "expand_shards": "shards",
     "make_shards": "synth",
     "stream_records": "stream",
@@ -85,5 +70,4 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    where = module if module.startswith("fcp_data.") else f"{__name__}.{module}"
-    return getattr(importlib.import_module(where), name)
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

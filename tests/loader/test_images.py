@@ -25,8 +25,9 @@ def _png(h: int, w: int, seed: int) -> bytes:
 def test_image_samples_collate_with_pixels(tmp_path, cost) -> None:
     from webdataset import TarWriter
 
-    from fcp_data.readers import build_index, get_rule
+    from fcp_data.readers import build_index
     from fcp_data.readers.text import CallableCounter
+    from fcp_data.vision.families import get_rule
 
     url = str(tmp_path / "img.tar")
     sizes = [(64, 96), (200, 120), (480, 640), (32, 32), (300, 900), (128, 128)]

@@ -54,7 +54,7 @@ def _expected(index, i: int) -> np.ndarray:
     if int(index.modality[i]) == 0:
         text = sample["txt"].decode() if "txt" in sample else json.loads(sample["json"])["text"]
         return np.array(tok(text) + [EOD] * int(index.special_tokens[i]))
-    from fcp_data.readers import get_rule
+    from fcp_data.vision.families import get_rule
 
     cap = sample["txt"].decode() if "txt" in sample else json.loads(sample["json"])["caption"]
     vt = get_rule(index.header.rule["name"]).video(
@@ -107,7 +107,7 @@ def test_video_frames_decoded_only_where_their_tokens_are(real_index, cost) -> N
                 # no group is decoded without a placeholder of it on this replica
                 assert sorted(set(vi.token_group.tolist())) == list(range(len(vi.groups)))
                 groups_seen.setdefault(vi.sample_id, set()).update(vi.groups.tolist())
-    from fcp_data.readers import get_rule
+    from fcp_data.vision.families import get_rule
 
     rule = get_rule(real_index.header.rule["name"])
     for v in videos:  # across its CP group, every temporal group of every video was decoded

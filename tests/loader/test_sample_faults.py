@@ -62,7 +62,7 @@ def video_index(tmp_path_factory):
 
 
 def _video_loaders(index, cost, on_error: str) -> list[FCPDataLoader]:
-    from fcp_data.readers import get_rule
+    from fcp_data.vision.families import get_rule
 
     rule = get_rule(index.header.rule["name"])
     cap = int(index.seqlens.max()) + 16  # every sample fits one replica: decoded whole

@@ -24,9 +24,9 @@ from fcp_data.planner.cost.vision import (
 from fcp_data.planner.cost.vision_presets import ENCODERS, estimate_vision_cost
 from fcp_data.planner.cost.vision_work import VisionWork
 from fcp_data.planner.simulate import check_plan
-from fcp_data.readers import get_rule
 from fcp_data.vision import vision_work_from_index, vision_work_from_media
 from fcp_data.vision.decode import groups_for_token_range
+from fcp_data.vision.families import get_rule
 
 
 def brute_held(first: int, stride: int, m: int, units: int, seqlen: int, d: int) -> list[int]:

@@ -173,7 +173,8 @@ def test_scan_config_round_trips_in_header(built_index: LengthIndex) -> None:
 
 
 def test_decode_index_video_matches_planned_tokens(built_index: LengthIndex) -> None:
-    from fcp_data.readers import decode_index_video, get_rule
+    from fcp_data.vision.decode import decode_index_video
+    from fcp_data.vision.families import get_rule
 
     idx = built_index
     vids = np.flatnonzero(idx.modality == 1)

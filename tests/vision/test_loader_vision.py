@@ -123,7 +123,7 @@ def test_loss_on_template_counts_timestamp_text(tmp_path, tok, cost) -> None:
         local = sum(mb.num_loss_tokens for mb in mbs)
         assert local == mbs[0].global_num_loss_tokens  # exact from the index either way
         counts.append(local)
-    from fcp_data.readers import get_rule
+    from fcp_data.vision.families import get_rule
 
     vt = get_rule("qwen3-vl").video(num_frames=40, fps=10.0, height=64, width=96)
     stamps = [v for k, v in vt.parts if k == "text"]

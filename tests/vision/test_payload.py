@@ -8,10 +8,10 @@ import torch
 from vision_helpers import png, qwen_vl_utils_vision_process
 
 from fcp_data.collate import pack_shard
-from fcp_data.readers import get_rule
 from fcp_data.readers.synth import encode_video
 from fcp_data.vision import SpecialTokenIds, TokenizerText, VisionOptions
 from fcp_data.vision.encode import encode_media
+from fcp_data.vision.families import get_rule
 from fcp_data.vision.media import decode_video_frames, resize_frames
 from fcp_data.vision.options import family_spec
 from fcp_data.vision.payload import PayloadParts, sequence_payload

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from fcp_data.readers import get_rule
 from fcp_data.vision import SpecialTokenIds, TokenizerText, VisionOptions, mrope_positions, render
 from fcp_data.vision.encode import encode_media
+from fcp_data.vision.families import get_rule
 from fcp_data.vision.options import family_spec
 
 TEXT_CFG = dict(

@@ -14,8 +14,8 @@ import torch
 from test_positions import CLIPS, TEXT_CFG, _sample, qwen25  # noqa: F401 (fixture)
 
 from fcp_data.errors import ConfigError
-from fcp_data.readers import get_rule
 from fcp_data.vision import TokenizerText, VisionOptions, mrope_positions, rope_check
+from fcp_data.vision.families import get_rule
 from fcp_data.vision.options import family_spec
 from fcp_data.vision.rope_check import RopeProbe, probe_next_text, resolve_next_text
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from fcp_data.errors import ConfigError
-from fcp_data.readers import get_rule
 from fcp_data.vision import SpecialTokenIds, TokenizerText, render
+from fcp_data.vision.families import get_rule
 from fcp_data.vision.options import family_spec
 
 SIZES = [(64, 96), (480, 640), (1080, 1920), (33, 500)]
