@@ -107,23 +107,6 @@ def load_tokenizer(spec: str | None) -> tuple[object, int, int]:
     return tok, -(-(size + 1) // 64) * 64, size
 
 
-def trained_tokens(batch: list) -> int:
-    """Tokens of the sequences this replica's groups trained in one global batch, each counted
-    once (by the group's first member); placeholders and dropped samples count 0."""
-    return sum(sum(mb.rank_plan.seqlens) for mb in batch
-               if not mb.is_placeholder and mb.rank_plan.index_in_group == 0)  # fmt: skip
-
-
-def dropped_note(skipped: tuple) -> str:
-    """ "dropped 0" or "dropped 3 (too long for the cluster): a.py, b.py, c.py" (4 keys at most)."""
-    if not skipped:
-        return "dropped 0"
-    reasons = sorted({reason.split(" (")[0] for _, reason in skipped})
-    keys = [key for key, _ in skipped]
-    more = f" +{len(keys) - 4} more" if len(keys) > 4 else ""
-    return f"dropped {len(keys)} ({'; '.join(reasons)}): {', '.join(keys[:4])}{more}"
-
-
 def resume_mismatch(resume: str, world: int) -> str | None:
     """Why a --resume directory cannot continue on `world` processes (None when it can): the
     sharded model and optimizer were saved for the world size loader.json records."""
@@ -252,7 +235,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                 wave_loss = (ce * mb.loss_mask).sum() / mb.global_num_loss_tokens
                 wave_loss.backward()  # FSDP reduce-scatters here, as a SUM over replicas
                 loss, idle = loss + wave_loss.detach(), idle + int(mb.is_placeholder)
-                trained += trained_tokens([mb])
+                trained += mb.trained_tokens
             if not mb.is_last_wave:
                 continue
             optimizer.step()  # the gradients are already summed: no all_reduce_gradients
@@ -270,7 +253,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
             if rank == 0:
                 print(
                     f"step {done + len(records)}: loss {r['loss']:.4f} | {r['tokens']} loss "
-                    f"tokens, {r['trained']} tokens trained, {dropped_note(m.skipped)} | "
+                    f"tokens, {r['trained']} tokens trained, {m.dropped_note()} | "
                     f"{r['waves']} wave(s) {format_degrees(r['degrees'])}, {r['idle']} "
                     f"placeholder micro-batch(es) | {r['wall']:.3f} s, "
                     f"{r['trained'] / r['wall']:,.0f} tokens/s, data wait {r['wait']:.3f} s "

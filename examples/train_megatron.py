@@ -133,23 +133,6 @@ def load_tokenizer(spec: str | None) -> tuple[object, int | None, tuple[int, int
     return tok, -(-(size + 3) // 128) * 128, (size, size + 1, size + 2)
 
 
-def trained_tokens(batch: list) -> int:
-    """Tokens of the sequences this replica's groups trained in one global batch, each counted
-    once (by the group's first member); placeholders and dropped samples count 0."""
-    return sum(sum(mb.rank_plan.seqlens) for mb in batch
-               if not mb.is_placeholder and mb.rank_plan.index_in_group == 0)  # fmt: skip
-
-
-def dropped_note(skipped: tuple) -> str:
-    """ "dropped 0" or "dropped 3 (too long for the cluster): a.py, b.py, c.py" (4 keys at most)."""
-    if not skipped:
-        return "dropped 0"
-    reasons = sorted({reason.split(" (")[0] for _, reason in skipped})
-    keys = [key for key, _ in skipped]
-    more = f" +{len(keys) - 4} more" if len(keys) > 4 else ""
-    return f"dropped {len(keys)} ({'; '.join(reasons)}): {', '.join(keys[:4])}{more}"
-
-
 def resume_mismatch(resume: str, procs: int) -> str | None:
     """Why a --resume directory cannot continue on `procs` processes (None when it can).
 
@@ -352,8 +335,8 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                 all_reduce_gradients(model)  # SUM over the replicas' data-parallel group
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-            stats = torch.tensor([float(loss) if counts_loss else 0.0,
-                                  trained_tokens(batch) if counts_loss else 0, busy,
+            trained = sum(mb.trained_tokens for mb in batch) if counts_loss else 0
+            stats = torch.tensor([float(loss) if counts_loss else 0.0, trained, busy,
                                   time.perf_counter() - t_step, wait],
                                  dtype=torch.float64)  # exact token counts  # fmt: skip
             dist.all_reduce(stats[:2])  # the global per-token loss and the tokens trained
@@ -368,7 +351,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
             if rank == 0:
                 print(
                     f"step {done + len(records)}: loss {r['loss']:.4f} | {r['tokens']} loss "
-                    f"tokens, {r['trained']} tokens trained, {dropped_note(m.skipped)} | "
+                    f"tokens, {r['trained']} tokens trained, {m.dropped_note()} | "
                     f"{r['waves']} wave(s) {format_degrees(r['degrees'])} | predicted "
                     f"{r['predicted']:.3f} s, measured {r['measured']:.3f} s | wall "
                     f"{r['wall']:.3f} s, {r['trained'] / r['wall']:,.0f} tokens/s, data wait "

@@ -309,21 +309,42 @@ def _example(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["train_megatron.py", "train_fsdp.py"])
-def test_examples_count_only_trained_tokens_and_name_what_they_dropped(name: str) -> None:
-    ex = _example(name)
+def test_step_lines_count_only_trained_tokens_and_name_what_was_dropped() -> None:
+    """`MicroBatch.trained_tokens` summed over every replica counts each planned sequence once
+    (a degree-d group's members hold the same sequences; placeholders and dropped samples
+    train nothing); `BatchMetrics.dropped_note` is what the examples' step lines print."""
+    from fcp_data.inmemory import InMemoryBatch, shard_batch
+    from fcp_data.loader.types import BatchMetrics
 
-    def mb(seqlens: tuple[int, ...], index: int, placeholder: bool = False) -> SimpleNamespace:
-        plan = SimpleNamespace(seqlens=seqlens, index_in_group=index)
-        return SimpleNamespace(rank_plan=plan, is_placeholder=placeholder)
+    lens = [15, 53, 162, 21, 90, 25, 44, 250, 900]  # 900: too long for 4 x 200 tokens
+    rng = np.random.default_rng(0)
+    batch = InMemoryBatch([rng.integers(1, 500, size=n) for n in lens])
+    cluster = Cluster(4, tokens_per_replica=200)
+    cost = CostModel.load(shipped_profile("cpu-small"))  # prices the ring: mixed degrees
+    shards = [shard_batch(batch, cluster, cost, replica=r, on_too_long="drop") for r in range(4)]
+    mbs = [mb for s in shards for mb in s.micro_batches]
+    assert shards[0].plan.dropped == (8,) and max(shards[0].plan.degrees) >= 2  # not vacuous
+    assert any(mb.is_placeholder for mb in mbs)
+    assert sum(mb.trained_tokens for mb in mbs) == sum(lens[:8])
+    for mb in mbs:  # member 0 of each group carries its sequences' tokens, the others 0
+        rp = mb.rank_plan
+        want = sum(rp.seqlens) if rp.index_in_group == 0 and not mb.is_placeholder else 0
+        assert mb.trained_tokens == want
 
-    # a degree-2 group's two members hold the same sequences: counted once, by member 0
-    assert ex.trained_tokens([mb((700, 300), 0), mb((50,), 0)]) == 1050
-    assert ex.trained_tokens([mb((700, 300), 1), mb((2,), 0, placeholder=True)]) == 0
+    def metrics(skipped: tuple[tuple[str, str], ...]) -> BatchMetrics:
+        return BatchMetrics(epoch=0, batch_index=0, num_sequences=8, num_tokens=660,
+                            num_waves=2, degrees=(1, 2), predicted_time=1.0, lower_bound=1.0,
+                            winner="fcp", planning_s=0.0, load_s=0.0, digest="d",
+                            skipped=skipped)  # fmt: skip
+
     skipped = tuple((f"k{i}.py", "too long for the cluster (9000 tokens)") for i in range(6))
-    note = ex.dropped_note(skipped)
+    note = metrics(skipped).dropped_note()
     assert note == "dropped 6 (too long for the cluster): k0.py, k1.py, k2.py, k3.py +2 more"
-    assert ex.dropped_note(()) == "dropped 0"
+    assert metrics(()).dropped_note() == "dropped 0"
+    for name in ("train_megatron.py", "train_fsdp.py"):  # the examples print these, no copy
+        text = (REPO / "examples" / name).read_text()
+        assert ".trained_tokens" in text and ".dropped_note()" in text
+        assert "def trained_tokens" not in text and "def dropped_note" not in text
 
 
 def _run_example(name: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -165,6 +165,16 @@ class MicroBatch:
         return int(self.tokens.numel())
 
     @property
+    def trained_tokens(self) -> int:
+        """Tokens of the sequences this micro-batch's CP group trains, counted once per group
+        (on its member 0; 0 on the other d - 1 members and on placeholders), so summing it over
+        every replica of a wave counts each trained token once: what tokens/s should count,
+        not the samples drawn (a planner-dropped sample trains nothing)."""
+        if self.is_placeholder or self.rank_plan.index_in_group != 0:
+            return 0
+        return int(sum(self.rank_plan.seqlens))
+
+    @property
     def num_loss_tokens(self) -> int:
         """Loss tokens on this replica in this wave (float mask summed, exact up to 2**24)."""
         return int(self.loss_mask.sum().item())

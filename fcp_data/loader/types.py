@@ -67,6 +67,16 @@ class BatchMetrics(msgspec.Struct, frozen=True, kw_only=True):
     """Samples of each blended source in this batch (loader.blend.Blend; empty otherwise)."""
     index_skipped: int = 0
 
+    def dropped_note(self, shown: int = 4) -> str:
+        """`skipped` for a step line: "dropped 0", or "dropped 6 (too long for the cluster):
+        a.py, b.py, c.py, d.py +2 more" (the distinct reasons, then at most `shown` keys)."""
+        if not self.skipped:
+            return "dropped 0"
+        reasons = sorted({reason.split(" (")[0] for _, reason in self.skipped})
+        keys = [key for key, _ in self.skipped]
+        more = f" +{len(keys) - shown} more" if len(keys) > shown else ""
+        return f"dropped {len(keys)} ({'; '.join(reasons)}): {', '.join(keys[:shown])}{more}"
+
     @property
     def ratio_to_bound(self) -> float:
         return self.predicted_time / self.lower_bound if self.lower_bound > 0 else 1.0

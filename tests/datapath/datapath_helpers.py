@@ -7,6 +7,7 @@ shards are written by the readers' `make_shards` (Python stdlib sources, long-ta
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from fcp_data.loader import FCPDataLoader, LoaderOptions
 from fcp_data.planner import Cluster, CostModel
 
-__all__ = ["EOD", "fields", "loader", "train_bpe", "write_text_shards"]
+__all__ = ["EOD", "ended", "fields", "loader", "train_bpe", "write_text_shards"]
 
 EOD = 3
 CORPUS = ["def f(x):\n    return x + 1", "import os, sys", "class A:\n    pass"] * 5
@@ -92,3 +93,25 @@ def write_text_shards(
                 else:
                     w.write({"__key__": f"s{i:05d}", "txt": body})
     return urls
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a container's init may never reap a killed grandchild)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def ended(pid: int, within_s: float = 10.0) -> bool:
+    """True once process `pid` is gone or a zombie. SIGKILL is sent before the loader gives
+    up, but a killed process only dies when the kernel next schedules it (tens of ms on a
+    loaded machine), so this polls up to `within_s` (a command left running sleeps for 30 s
+    in these tests: the bound still tells the two apart)."""
+    deadline = time.monotonic() + within_s
+    while _running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

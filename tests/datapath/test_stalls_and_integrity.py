@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from datapath_helpers import ended
 from servers import RangeServer
 from webdataset import TarWriter
 
@@ -33,15 +34,6 @@ from fcp_data.readers import LengthIndex, ScanConfig, build_index
 from fcp_data.readers.cache import ShardCache
 from fcp_data.readers.remote import RemoteOptions
 from fcp_data.readers.text import load_counter
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a container's init may never reap a killed grandchild)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _loader(index: Any, bpe_file: Path, cost: CostModel, **opts: Any) -> FCPDataLoader:
@@ -85,7 +77,7 @@ def test_a_pipe_command_stalling_at_load_is_ended_once_for_its_shard(
     ld = _loader(index, bpe_file, cost, sample_timeout_s=1.0, allow_pipe=True)
     skipped = _first_batch(ld)
     pid = int(pidfile.read_text())
-    assert not _running(pid)  # killed when its sample gave up (was: left running)
+    assert ended(pid)  # killed when its sample gave up (was: left running)
     assert not done.exists()
     assert len(skipped) == 8  # the whole batch lives in this one shard: every sample counted
     # one whole limit was waited (a read, or the loss count's read of a .json sample), then
